@@ -1,0 +1,47 @@
+"""Paddle's error classes.
+
+Mirrors the error types of ``paddle/phi/core/enforce.h`` and
+``paddle/common/errors.h`` (InvalidArgument, NotFound, ...). In Paddle they all
+surface in Python as one C++ exception type whose message starts with the
+class name; here each is a real Python class, a subclass of the common
+:class:`EnforceNotMet` and of the matching builtin, so that
+``except ValueError`` and ``except refimpl.core.errors.InvalidArgument`` both
+work.
+"""
+
+
+class EnforceNotMet(Exception):
+    """Base of every error refimpl raises on purpose."""
+
+    kind = "EnforceNotMet"
+
+    def __str__(self):
+        msg = super().__str__()
+        return f"({self.kind}) {msg}"
+
+
+def _make(name, builtin):
+    cls = type(name, (EnforceNotMet, builtin), {"kind": name})
+    cls.__doc__ = f"Paddle's {name} error (also a {builtin.__name__})."
+    cls.__str__ = EnforceNotMet.__str__  # KeyError would otherwise quote the message
+    return cls
+
+
+InvalidArgument = _make("InvalidArgument", ValueError)
+NotFound = _make("NotFound", KeyError)
+OutOfRange = _make("OutOfRange", IndexError)
+AlreadyExists = _make("AlreadyExists", ValueError)
+ResourceExhausted = _make("ResourceExhausted", MemoryError)
+PreconditionNotMet = _make("PreconditionNotMet", RuntimeError)
+PermissionDenied = _make("PermissionDenied", PermissionError)
+ExecutionTimeout = _make("ExecutionTimeout", TimeoutError)
+Unimplemented = _make("Unimplemented", NotImplementedError)
+Unavailable = _make("Unavailable", RuntimeError)
+Fatal = _make("Fatal", RuntimeError)
+External = _make("External", RuntimeError)
+
+__all__ = [
+    "EnforceNotMet", "InvalidArgument", "NotFound", "OutOfRange", "AlreadyExists",
+    "ResourceExhausted", "PreconditionNotMet", "PermissionDenied",
+    "ExecutionTimeout", "Unimplemented", "Unavailable", "Fatal", "External",
+]

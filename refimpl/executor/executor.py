@@ -1,0 +1,187 @@
+"""Executor: run a Program in a Scope, with feeds, fetches and eager deletion.
+
+Mirrors ``paddle.static.Executor.run``: feeds are checked against the
+program's data variables (name, dtype, rank and fixed dims), the program is
+prepared once per (program, scope, feeds, fetches, GC setting) and cached,
+persistables live in the given scope and temporaries in a kid scope the
+cache owns, and fetched values come back as NumPy copies. Differences from
+Paddle: no feed/fetch ops are inserted (the executor writes and reads the
+variables directly, and programs that already contain ``feed``/``fetch``
+ops are honoured); feed arrays are used without a copy (ops never write
+into their inputs).
+"""
+import numpy as np
+
+from refimpl import flags
+from refimpl.core.dtypes import convert_dtype
+from refimpl.core.errors import InvalidArgument, NotFound, PreconditionNotMet
+from refimpl.core.place import CPUPlace
+from refimpl.core.scope import global_scope
+from refimpl.core.tensor import DenseTensor
+from refimpl.framework.program import Program, default_main_program
+
+from .gc_plan import no_need_buffer_inputs
+from .prepared import PreparedBlock
+
+
+def _name_of(v):
+    return v if isinstance(v, str) else getattr(v, "name", None)
+
+
+def _gc_threshold():
+    gb = flags.flag("FLAGS_eager_delete_tensor_gb")
+    return -1 if gb < 0 else int(gb * (1 << 30))
+
+
+def check_feed(program, feed):
+    """Validate ``feed`` against ``program``; return {name: ndarray}."""
+    if feed is None:
+        return {}
+    if not isinstance(feed, dict):
+        raise InvalidArgument(f"feed must be a dict {{name: array}}, got {type(feed).__name__}")
+    block = program.global_block()
+    out = {}
+    for key, value in feed.items():
+        name = _name_of(key)
+        var = block.vars.get(name)
+        if var is None:
+            raise NotFound(f"feed {name!r} is not a variable of the program (known data vars: "
+                           f"{sorted(v.name for v in block.vars.values() if v.is_data)})")
+        if isinstance(value, DenseTensor):
+            value = np.asarray(value)
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if var.dtype is not None and arr.dtype != np.dtype(var.dtype if var.dtype != "bfloat16" else "float32"):
+            if isinstance(value, np.ndarray):
+                raise InvalidArgument(f"feed {name!r}: dtype {arr.dtype} does not match the variable's "
+                                      f"dtype {var.dtype}")
+            arr = arr.astype(var.dtype)
+        if var.shape is not None and (var.is_data or var.need_check_feed):
+            if arr.ndim != len(var.shape) or any(d >= 0 and d != a for d, a in zip(var.shape, arr.shape)):
+                raise InvalidArgument(f"feed {name!r}: shape {list(arr.shape)} does not match the variable's "
+                                      f"shape {list(var.shape)} (-1 matches any size)")
+        out[name] = arr
+    return out
+
+
+class PreparedProgram:
+    """Block 0 of a program prepared for one scope, feed set and fetch list."""
+
+    def __init__(self, program, scope, feed_names, fetch_names, backend, gc_threshold):
+        self.program = program
+        self.local_scope = scope.new_scope()
+        self.run_ctx = {}
+        self.block = PreparedBlock(program, 0, self.local_scope, scope, backend, fetch_names,
+                                   gc_threshold, run_ctx=self.run_ctx)
+        self.feed_tensors = [(n, self.block.tensor(n)) for n in feed_names]
+        self.fetch_tensors = [(n, self.block.tensor(n)) for n in fetch_names]
+        self._check_inputs(set(feed_names))
+
+    def _check_inputs(self, fed):
+        """Every op input must be fed, produced by an earlier op, or held by the scope."""
+        block = self.program.global_block()
+        available = set(fed)
+        for i, op in enumerate(block.ops):
+            for name in op.input_arg_names:
+                if name in available or self.block.tensor(name)._array is not None:
+                    continue
+                var = block._find_var_recursive(name)
+                where = f"op {op.type!r} (block 0, op {i})"
+                if var is None:
+                    raise NotFound(f"{where} reads {name!r}, which is not a variable of the program")
+                if var.is_data:
+                    raise InvalidArgument(f"feed {name!r} is missing: {where} reads it")
+                if name in no_need_buffer_inputs(op) and name in self._written_later(i):
+                    continue
+                raise PreconditionNotMet(f"{where} reads {name!r}, which no earlier op produces and the "
+                                         f"scope does not hold (did you run the startup program?)")
+            available.update(op.output_arg_names)
+
+    def _written_later(self, i):
+        return {n for op in self.program.global_block().ops[i:] for n in op.output_arg_names}
+
+    def run(self, feed, trace=None):
+        mem = self.block.memory
+        for name, t in self.feed_tensors:
+            t._array = feed[name]
+        self.run_ctx["trace"] = trace
+        mem.reset(self.block.live_bytes())
+        self.block.run(trace)
+        out = []
+        for name, t in self.fetch_tensors:
+            if t._array is None:
+                raise PreconditionNotMet(f"fetch {name!r}: the variable holds no value after the run")
+            out.append(t._array)
+        return out
+
+
+class Executor:
+    """Runs programs on one place (CPU: the NumPy kernels)."""
+
+    def __init__(self, place=None):
+        self.place = place if place is not None else CPUPlace()
+        self._cache = {}
+        self._last = None
+
+    def run(self, program=None, feed=None, fetch_list=None, feed_var_name="feed",
+            fetch_var_name="fetch", scope=None, return_numpy=True, use_program_cache=True,
+            trace=None):
+        if program is None:
+            program = default_main_program()
+        if hasattr(program, "_run_with_executor"):  # CompiledProgram and friends
+            return program._run_with_executor(self, feed, fetch_list, scope, return_numpy, trace)
+        if not isinstance(program, Program):
+            raise InvalidArgument(f"Executor.run expects a Program, got {type(program).__name__}")
+        scope = scope if scope is not None else global_scope()
+        feed = check_feed(program, feed)
+        fetch_names = self._fetch_names(program, fetch_list)
+        prepared = self._prepared(program, scope, tuple(feed), tuple(fetch_names), use_program_cache)
+        self._last = prepared
+        values = prepared.run(feed, trace)
+        if return_numpy:
+            return [np.array(v, copy=True) for v in values]
+        return [DenseTensor(np.array(v, copy=True), self.place) for v in values]
+
+    @staticmethod
+    def _fetch_names(program, fetch_list):
+        if fetch_list is None:
+            return []
+        if not isinstance(fetch_list, (list, tuple)):
+            fetch_list = [fetch_list]
+        names = []
+        for f in fetch_list:
+            name = _name_of(f)
+            if not isinstance(name, str):
+                raise InvalidArgument(f"fetch_list items must be Variables or names, got {type(f).__name__}")
+            if program.global_block()._find_var_recursive(name) is None:
+                raise NotFound(f"fetch {name!r} is not a variable of the program")
+            names.append(name)
+        return names
+
+    def _prepared(self, program, scope, feed_names, fetch_names, use_cache):
+        backend = self.place.backend
+        key = (id(program), id(scope), feed_names, fetch_names, _gc_threshold(), backend)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is program and hit[1] == program._version and hit[2] is scope:
+            return hit[3]
+        prepared = PreparedProgram(program, scope, feed_names, fetch_names, backend, _gc_threshold())
+        if use_cache:
+            self._cache[key] = (program, program._version, scope, prepared)
+        return prepared
+
+    def memory_stats(self):
+        """{"live_bytes", "peak_bytes"} of the last run (bytes held by its variables)."""
+        if self._last is None:
+            return {"live_bytes": 0, "peak_bytes": 0}
+        mem = self._last.block.memory
+        return {"live_bytes": mem.live, "peak_bytes": mem.peak}
+
+    def close(self):
+        self._cache.clear()
+
+
+def convert_fetch(value):
+    return np.asarray(value)
+
+
+def dtype_name(arr):
+    return convert_dtype(arr.dtype)

@@ -1,0 +1,199 @@
+"""PreparedBlock: a block turned into a list of ready-to-call steps.
+
+Mirrors Paddle's ``ExecutorPrepareContext`` (``Executor::Prepare``): done
+once per (program, scope), it resolves every op's kernel, the scope
+variables it reads and writes, its attrs, and the tensors to free after it
+(from ``gc_plan.eager_deletion_vars``). Running the block is then a loop of
+plain calls. Control-flow ops (``conditional_block``) and ``feed``/``fetch``
+provide a ``prepare(ctx, op)`` hook instead of a kernel and get this object
+as ``ctx``. Only the kernels depend on the backend.
+"""
+from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
+from refimpl.ops.registry import get_op_def
+
+from .garbage_collector import GarbageCollector, Memory
+from .gc_plan import eager_deletion_vars, no_need_buffer_inputs
+
+
+def _read_plain(t):
+    return lambda: t._array
+
+
+def _read_nnb(t):
+    return lambda: t._array if t._array is not None else t._meta
+
+
+def _read_list(ts):
+    return lambda: [t._array for t in ts]
+
+
+def _none():
+    return None
+
+
+class PreparedBlock:
+    def __init__(self, program, block_idx, scope, persist_scope, backend="numpy", skip_vars=(),
+                 gc_threshold=0, memory=None, run_ctx=None):
+        self.program = program
+        self.block = program.block(block_idx)
+        self.scope = scope                  # where this block's temporaries live
+        self.persist_scope = persist_scope  # where missing persistables are created
+        self.backend = backend
+        self.memory = memory or Memory()
+        self.run_ctx = run_ctx if run_ctx is not None else {}  # feed/fetch lists etc.
+        self.tensors = {}  # name -> DenseTensor, every var this block touches
+        plan = eager_deletion_vars(program, skip_vars)[block_idx] if gc_threshold >= 0 else None
+        self.gc_threshold = gc_threshold
+        self.gc = GarbageCollector(self.memory, gc_threshold) if plan is not None else None
+        self.steps = []
+        for i, op in enumerate(self.block.ops):
+            run = self._prepare_op(i, op)
+            frees = [(n, self.tensor(n)) for n in plan[i]] if plan else []
+            self.steps.append((run, frees, i, op))
+
+    # ---- scope resolution --------------------------------------------------
+    def tensor(self, name):
+        """The DenseTensor behind ``name`` for this block (looked up once).
+
+        Non-persistable vars declared in this block live in this block's
+        scope; anything else is found up the scope tree, and a persistable
+        var that is nowhere yet is created in ``persist_scope``.
+        """
+        t = self.tensors.get(name)
+        if t is None:
+            local = self.block.vars.get(name)
+            if local is not None and not local.persistable:
+                holder = self.scope.var(name)
+            else:
+                holder = self.scope.find_var(name)
+                if holder is None:
+                    var = self.block._find_var_recursive(name)
+                    home = self.persist_scope if var is not None and var.persistable else self.scope
+                    holder = home.var(name)
+            t = self.tensors[name] = holder.tensor
+        return t
+
+    # ---- ops ------------------------------------------------------------
+    def _prepare_op(self, i, op):
+        try:
+            opdef = get_op_def(op.type)
+        except NotFound:
+            raise NotFound(f"block {self.block.idx} op {i}: operator {op.type!r} is not registered") from None
+        if opdef.prepare is not None:
+            return opdef.prepare(self, op)
+        fn, attr_names, wants_need = opdef.kernel(self.backend)
+        attrs = op.all_attrs()
+        kw = {}
+        for a in attr_names:
+            kw[a] = attrs[a] if a in attrs else opdef.attrs[a]
+        nnb = no_need_buffer_inputs(op)
+        readers = []
+        for slot in opdef.inputs:
+            names = op.inputs.get(slot.name) or []
+            if slot.duplicable:
+                readers.append(_read_list([self.tensor(n) for n in names]))
+            elif not names:
+                readers.append(_none)
+            elif names[0] in nnb:
+                readers.append(_read_nnb(self.tensor(names[0])))
+            else:
+                readers.append(_read_plain(self.tensor(names[0])))
+        outs = []
+        for slot in opdef.outputs:
+            names = op.outputs.get(slot.name) or []
+            if slot.duplicable:
+                outs.append([self.tensor(n) for n in names] or None)
+            else:
+                outs.append(self.tensor(names[0]) if names else None)
+        if wants_need:
+            kw["need"] = tuple(o is not None for o in outs)
+        return self._runner(fn, readers, outs, kw, len(opdef.outputs) == 1)
+
+    def _runner(self, fn, readers, outs, kw, single):
+        mem = self.memory
+        out_list = tuple((o, isinstance(o, list)) for o in outs)
+
+        def run():
+            res = fn(*[r() for r in readers], **kw)
+            if single:
+                res = (res,)
+            for (o, many), r in zip(out_list, res):
+                if o is None or r is None:
+                    continue
+                for t, a in (zip(o, r) if many else ((o, r),)):
+                    old = t._array
+                    t._array = a
+                    mem.live += a.nbytes - (old.nbytes if old is not None else 0)
+            if mem.live > mem.peak:
+                mem.peak = mem.live
+        return run
+
+    # ---- running --------------------------------------------------------
+    def live_bytes(self):
+        return sum(t._array.nbytes for t in self.tensors.values() if t._array is not None)
+
+    def run(self, trace=None, rank=None, job=None):
+        """Run every op once; free dead tensors as the plan says."""
+        if trace is not None:
+            return self._run_traced(trace, rank, job)
+        gc = self.gc
+        step = None
+        try:
+            if gc is None:
+                for step in self.steps:
+                    step[0]()
+            else:
+                for step in self.steps:
+                    step[0]()
+                    if step[1]:
+                        gc.add(step[1])
+                gc.flush()
+        except Exception as exc:
+            raise self._op_error(step, exc) from exc
+
+    def _op_error(self, step, exc):
+        """The error to raise when the op of ``step`` failed: same kind, op named."""
+        where = f"block {self.block.idx} op {step[2]} ({step[3].type})" if step else f"block {self.block.idx}"
+        if isinstance(exc, EnforceNotMet):
+            msg = exc.args[0] if exc.args else ""
+            if msg.startswith("block "):
+                return exc
+            return type(exc)(f"{where}: {msg}")
+        return InvalidArgument(f"{where}: {type(exc).__name__}: {exc}")
+
+    def _run_traced(self, trace, rank, job):
+        blk = self.block.idx
+        old_cb = None
+        if self.gc is not None:
+            old_cb = self.gc.on_free
+            cur = {"op": None}
+            self.gc.on_free = lambda name, nbytes: trace.add(
+                "free", block=blk, op=cur["op"], op_type=None, var=name, nbytes=nbytes, rank=rank, job=job)
+        try:
+            for run, frees, i, op in self.steps:
+                before = {n: t._array for n, t in self.tensors.items()}
+                trace.add("op", block=blk, op=i, op_type=op.type, rank=rank, job=job)
+                try:
+                    run()
+                except Exception as exc:
+                    raise self._op_error((run, frees, i, op), exc) from exc
+                for n in op.output_arg_names:
+                    t = self.tensors.get(n)
+                    if t is not None and t._array is not None and t._array is not before.get(n):
+                        old = before.get(n)
+                        delta = t._array.nbytes - (old.nbytes if old is not None else 0)
+                        trace.add("alloc", block=blk, op=i, op_type=op.type, var=n, nbytes=delta, rank=rank, job=job)
+                if frees and self.gc is not None:
+                    cur["op"] = i
+                    self.gc.add(frees)
+            if self.gc is not None:
+                cur["op"] = len(self.steps) - 1
+                self.gc.flush()
+        finally:
+            if self.gc is not None:
+                self.gc.on_free = old_cb
+
+    def prepare_sub_block(self, block_idx, skip_vars=()):
+        """A PreparedBlock for a sub-block, in a kid of this block's scope."""
+        return PreparedBlock(self.program, block_idx, self.scope.new_scope(), self.persist_scope,
+                             self.backend, skip_vars, self.gc_threshold, self.memory, self.run_ctx)

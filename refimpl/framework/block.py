@@ -1,0 +1,203 @@
+"""Block: an ordered list of ops plus the variables they declare.
+
+Mirrors ``paddle.base.framework.Block``. Block 0 is the global block; a
+sub-block (the body of a ``conditional_block``) has a ``parent_idx`` and
+finds its parent's variables through ``_find_var_recursive``.
+``append_op`` sets the op's role, role var, name scope and device from the
+program's current guards and, as Paddle does, marks every output
+``stop_gradient`` when no input needs a gradient.
+"""
+from refimpl.core.errors import AlreadyExists, InvalidArgument, NotFound
+
+from .op_role import OP_DEVICE_ATTR, OP_NAMESCOPE_ATTR, OP_ROLE_ATTR, OP_ROLE_VAR_ATTR
+from .operator import Operator
+from .variable import Parameter, Variable
+
+# control-flow ops do not pass stop_gradient from inputs to outputs
+_NO_STOP_GRADIENT_PASS = {"conditional_block", "conditional_block_grad", "while", "while_grad"}
+
+
+def _flatten_vars(slots):
+    for v in (slots or {}).values():
+        for x in (v if isinstance(v, (list, tuple)) else [v]):
+            yield x
+
+
+class Block:
+    def __init__(self, program, idx, parent_idx=-1):
+        self.program = program
+        self.idx = idx
+        self.parent_idx = parent_idx
+        self.vars = {}
+        self.ops = []
+        self.forward_block_idx = -1
+
+    # ---- variables ----------------------------------------------------
+    def var(self, name):
+        v = self.vars.get(name)
+        if v is None:
+            raise NotFound(f"variable {name!r} is not in block {self.idx}")
+        return v
+
+    def has_var(self, name):
+        return name in self.vars
+
+    def create_var(self, name=None, **kwargs):
+        """Create (or return the existing) variable ``name`` in this block."""
+        if name is None:
+            from . import unique_name
+            name = unique_name.generate("_generated_var")
+        if name in self.vars:
+            return self.vars[name]
+        v = Variable(self, name, **kwargs)
+        self.vars[name] = v
+        self.program._bump()
+        return v
+
+    def create_parameter(self, name, shape, dtype, **kwargs):
+        """Create a Parameter in the global block; run its initializer into this block."""
+        glob = self.program.global_block()
+        if name in glob.vars and glob.vars[name].is_parameter and self is glob:
+            raise AlreadyExists(f"parameter {name!r} already exists in the global block")
+        for d in shape:
+            if int(d) < 0:
+                raise InvalidArgument(f"parameter {name!r}: every dim must be >= 0, got shape {list(shape)}")
+        initializer = kwargs.pop("initializer", None)
+        param = Parameter(glob, name, shape, dtype, **kwargs)
+        glob.vars[name] = param
+        self.program._bump()
+        if initializer is not None:
+            stop_gradient = param.stop_gradient
+            initializer(param, self)
+            param.stop_gradient = stop_gradient
+        return param
+
+    def _remove_var(self, name):
+        self.vars.pop(name, None)
+        self.program._bump()
+
+    def _rename_var(self, old, new):
+        v = self.var(old)
+        del self.vars[old]
+        v.name = new
+        self.vars[new] = v
+        for op in self.ops:
+            op._rename_input(old, new)
+            op._rename_output(old, new)
+        return v
+
+    def _find_var_recursive(self, name):
+        b = self
+        while True:
+            v = b.vars.get(name)
+            if v is not None:
+                return v
+            if b.parent_idx < 0:
+                return None
+            b = self.program.block(b.parent_idx)
+
+    def _var_recursive(self, name):
+        v = self._find_var_recursive(name)
+        if v is None:
+            raise NotFound(f"variable {name!r} is not in block {self.idx} or its parents")
+        return v
+
+    def iter_parameters(self):
+        return (v for v in self.vars.values() if v.is_parameter)
+
+    def all_parameters(self):
+        return list(self.iter_parameters())
+
+    # ---- ops ----------------------------------------------------------
+    def _make_op(self, type, inputs, outputs, attrs, fill_proto=True):
+        prog = self.program
+        attrs = dict(attrs or {})
+        op = Operator(self, type, inputs, outputs, attrs, fill_proto=fill_proto)
+        common = {OP_ROLE_ATTR: prog._op_role, OP_ROLE_VAR_ATTR: list(prog._op_role_var),
+                  OP_NAMESCOPE_ATTR: prog._name_scope_path(), OP_DEVICE_ATTR: prog._current_device}
+        for k, v in common.items():
+            if k not in attrs:
+                op._attrs[k] = v
+        for v in _flatten_vars(outputs):
+            if isinstance(v, Variable):
+                v.op = op
+        self._infer_shape(op)
+        return op
+
+    def _infer_shape(self, op):
+        """Set output var shapes/dtypes from the op's infer_shape (Paddle's compile-time InferShape)."""
+        from refimpl.ops.registry import get_op_def
+        infer = get_op_def(op.type).infer_shape
+        if infer is None:
+            return
+        ins = {}
+        for slot, names in op.inputs.items():
+            vs = [self._find_var_recursive(n) for n in names]
+            if any(v is None or v.shape is None for v in vs):
+                return  # not enough static information; leave shapes as they are
+            ins[slot] = [(v.shape, v.dtype) for v in vs]
+        try:
+            result = infer(ins, op._attrs)
+        except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as exc:
+            raise InvalidArgument(f"op {op.type!r}: cannot infer output shapes from inputs "
+                                  f"{ {k: [s for s, _ in v] for k, v in ins.items()} }: {exc}") from None
+        for slot, value in result.items():
+            names = op.outputs.get(slot, [])
+            pairs = value if isinstance(value, list) else [value] * len(names)
+            for n, (shape, dtype) in zip(names, pairs):
+                v = self._find_var_recursive(n)
+                if v is not None:
+                    v.shape = tuple(int(d) for d in shape)
+                    if dtype is not None:
+                        v.dtype = dtype
+
+    def append_op(self, type, inputs=None, outputs=None, attrs=None, **_ignored):
+        """Append an op built from Python (proto slots and attr defaults filled)."""
+        if type not in _NO_STOP_GRADIENT_PASS:
+            ins = list(_flatten_vars(inputs))
+            if not any(getattr(v, "stop_gradient", None) is False for v in ins):
+                for v in _flatten_vars(outputs):
+                    if isinstance(v, Variable):
+                        v.stop_gradient = True
+        op = self._make_op(type, inputs, outputs, attrs)
+        self.ops.append(op)
+        self.program._bump()
+        return op
+
+    def _insert_op(self, index, type, inputs=None, outputs=None, attrs=None, **_ignored):
+        op = self._make_op(type, inputs, outputs, attrs)
+        self.ops.insert(index, op)
+        self.program._bump()
+        return op
+
+    def _prepend_op(self, type, inputs=None, outputs=None, attrs=None, **_ignored):
+        return self._insert_op(0, type, inputs, outputs, attrs)
+
+    def _append_desc_op(self, type, inputs, outputs, attrs, index=None):
+        """Append (or insert) an op exactly as described: no proto filling, no guards.
+
+        This is how backward and passes add ops in Paddle (through the C++
+        ``OpDesc``): the slots are the given ones, attrs get proto defaults.
+        """
+        op = Operator(self, type, inputs, outputs, None, fill_proto=False)
+        from refimpl.ops.registry import get_op_def
+        op._attrs.update(get_op_def(type).attrs)
+        op._attrs.update(attrs or {})
+        if index is None:
+            self.ops.append(op)
+        else:
+            self.ops.insert(index, op)
+        self.program._bump()
+        return op
+
+    def _remove_op(self, index, sync=True):
+        del self.ops[index]
+        self.program._bump()
+
+    def __str__(self):
+        lines = [f"{{ // block_idx:{self.idx}  parent_idx:{self.parent_idx}"]
+        lines += ["    " + str(v) for v in self.vars.values()]
+        lines.append("")
+        lines += ["    " + str(op) for op in self.ops]
+        lines.append("}")
+        return "\n".join(lines)

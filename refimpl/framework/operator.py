@@ -1,0 +1,160 @@
+"""Operator: one op in a Block (type, input/output slots, attrs).
+
+Mirrors ``paddle.base.framework.Operator`` over an ``OpDesc``. Slots map a
+slot name to a list of variable names. As in Paddle, when an op is built from
+Python with an ``inputs`` dict, every input slot of the op's proto is
+present (unused optional ones as ``[]``); output slots are the given ones;
+proto attrs are filled with their defaults, plus the common attrs
+``op_role``, ``op_role_var``, ``op_namescope`` and ``op_device``.
+"""
+from refimpl.core.errors import InvalidArgument, NotFound
+from refimpl.ops.registry import get_op_def
+
+from .op_role import OP_ROLE_ATTR
+
+
+def _names(value):
+    """A slot value given as a Variable, a name, or a list of them -> list of names."""
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        value = [value]
+    out = []
+    for v in value:
+        name = v if isinstance(v, str) else getattr(v, "name", None)
+        if not isinstance(name, str):
+            raise InvalidArgument(f"an op slot must hold Variables or names, got {type(v).__name__}")
+        out.append(name)
+    return out
+
+
+class Operator:
+    def __init__(self, block, type, inputs=None, outputs=None, attrs=None, fill_proto=True):
+        self.block = block
+        self.type = type
+        opdef = get_op_def(type)  # NotFound for unknown op types
+        self._inputs = {}
+        self._outputs = {}
+        if inputs is not None:
+            given = {k: _names(v) for k, v in inputs.items()}
+            if fill_proto:
+                for slot in opdef.inputs:
+                    if slot.name not in given and not slot.dispensable:
+                        raise InvalidArgument(f"op {type!r}: input slot {slot.name!r} is required")
+                    self._inputs[slot.name] = given.pop(slot.name, [])
+            self._inputs.update(given)
+        if outputs is not None:
+            self._outputs = {k: _names(v) for k, v in outputs.items()}
+        self._attrs = {}
+        if fill_proto:
+            self._attrs.update(opdef.attrs)
+        for k, v in (attrs or {}).items():
+            self._attrs[k] = v
+
+    # ---- slots --------------------------------------------------------
+    def input(self, slot):
+        return list(self._inputs.get(slot, []))
+
+    def output(self, slot):
+        return list(self._outputs.get(slot, []))
+
+    @property
+    def input_names(self):
+        return list(self._inputs)
+
+    @property
+    def output_names(self):
+        return list(self._outputs)
+
+    @property
+    def input_arg_names(self):
+        return [n for names in self._inputs.values() for n in names]
+
+    @property
+    def output_arg_names(self):
+        return [n for names in self._outputs.values() for n in names]
+
+    @property
+    def inputs(self):
+        return self._inputs
+
+    @property
+    def outputs(self):
+        return self._outputs
+
+    def _rename_input(self, old, new):
+        for names in self._inputs.values():
+            names[:] = [new if n == old else n for n in names]
+        self._changed()
+
+    def _rename_output(self, old, new):
+        for names in self._outputs.values():
+            names[:] = [new if n == old else n for n in names]
+        self._changed()
+
+    def desc_set_input(self, slot, names):
+        self._inputs[slot] = list(names)
+        self._changed()
+
+    def desc_set_output(self, slot, names):
+        self._outputs[slot] = list(names)
+        self._changed()
+
+    # ---- attrs --------------------------------------------------------
+    def attr(self, name):
+        if name not in self._attrs:
+            raise NotFound(f"op {self.type!r} has no attr {name!r}")
+        return self._attrs[name]
+
+    def has_attr(self, name):
+        return name in self._attrs
+
+    def _set_attr(self, name, value):
+        self._attrs[name] = value
+        self._changed()
+
+    def _remove_attr(self, name):
+        self._attrs.pop(name, None)
+        self._changed()
+
+    @property
+    def attr_names(self):
+        return list(self._attrs)
+
+    def all_attrs(self):
+        return dict(self._attrs)
+
+    def _block_attr_id(self, name):
+        return self._attrs[name].idx
+
+    def _changed(self):
+        if self.block is not None:
+            self.block.program._bump()
+
+    @property
+    def idx(self):
+        for i, op in enumerate(self.block.ops):
+            if op is self:
+                return i
+        raise NotFound(f"op {self.type!r} is not in its block")
+
+    def __str__(self):
+        def slots(d):
+            return ", ".join(f"{k}={v}" for k, v in d.items())
+        attrs = ", ".join(f"{k} = {_fmt_attr(v)}" for k, v in sorted(self._attrs.items())
+                          if k not in ("op_callstack", "op_namescope", "op_device") or v)
+        return f"{{{slots(self._outputs)}}} = {self.type}(inputs={{{slots(self._inputs)}}}, {attrs})"
+
+    __repr__ = __str__
+
+    def role(self):
+        return self._attrs.get(OP_ROLE_ATTR, 0)
+
+
+def _fmt_attr(v):
+    from .block import Block
+    if isinstance(v, Block):
+        return f"block[{v.idx}]"
+    if isinstance(v, list) and v and isinstance(v[0], Block):
+        return "[" + ", ".join(f"block[{b.idx}]" for b in v) + "]"
+    return repr(v)

@@ -1,0 +1,201 @@
+"""Program: a list of Blocks, and the guards that say where ops go.
+
+Mirrors ``paddle.static.Program`` (legacy ProgramDesc IR):
+``global_block()``, ``block(i)``, ``clone(for_test)``, ``list_vars()``, plus
+the role guards Paddle's optimizer and backward use (``_optimized_guard``,
+``_backward_role_guard``, ``_lr_schedule_guard``), ``program_guard`` and the
+default main / startup programs. ``to_dict`` / ``from_dict`` speak the
+``program/v1`` JSON format (see ``serialize.py``). Unlike Paddle there is no
+C++ desc behind it: the Python objects are the program.
+"""
+import contextlib
+import copy
+
+from refimpl.core.errors import InvalidArgument, OutOfRange
+
+from .block import Block
+from .op_role import OpRole, OP_ROLE_ATTR
+
+
+class Program:
+    def __init__(self):
+        self.blocks = [Block(self, 0)]
+        self.current_block_idx = 0
+        self.random_seed = 0
+        self._version = 0
+        self._op_role = OpRole.Forward
+        self._op_role_var = []
+        self._current_device = ""
+        self._name_scopes = []
+        self._name_scope_counts = {}
+
+    # ---- structure ----------------------------------------------------
+    def _bump(self):
+        self._version += 1
+
+    def global_block(self):
+        return self.blocks[0]
+
+    def block(self, index):
+        if not 0 <= index < len(self.blocks):
+            raise OutOfRange(f"program has {len(self.blocks)} blocks; block {index} does not exist")
+        return self.blocks[index]
+
+    @property
+    def num_blocks(self):
+        return len(self.blocks)
+
+    def current_block(self):
+        return self.blocks[self.current_block_idx]
+
+    def _create_block(self, parent_idx=None):
+        parent = self.current_block_idx if parent_idx is None else parent_idx
+        b = Block(self, len(self.blocks), parent)
+        self.blocks.append(b)
+        self.current_block_idx = b.idx
+        self._bump()
+        return b
+
+    def _rollback(self):
+        self.current_block_idx = self.current_block().parent_idx
+
+    def list_vars(self):
+        for b in self.blocks:
+            yield from b.vars.values()
+
+    def all_parameters(self):
+        return self.global_block().all_parameters()
+
+    # ---- guards -------------------------------------------------------
+    @contextlib.contextmanager
+    def _role_guard(self, role, role_var=None):
+        old = self._op_role, self._op_role_var
+        self._op_role, self._op_role_var = role, list(role_var or [])
+        try:
+            yield
+        finally:
+            self._op_role, self._op_role_var = old
+
+    def _optimized_guard(self, param_and_grads):
+        names = [v if isinstance(v, str) else v.name for v in param_and_grads if v is not None]
+        return self._role_guard(OpRole.Optimize, names)
+
+    def _backward_role_guard(self):
+        return self._role_guard(OpRole.Backward)
+
+    def _lr_schedule_guard(self):
+        return self._role_guard(OpRole.LRSched)
+
+    @contextlib.contextmanager
+    def _name_scope(self, prefix):
+        n = self._name_scope_counts.get(prefix, 0)
+        self._name_scope_counts[prefix] = n + 1
+        self._name_scopes.append(prefix if n == 0 else f"{prefix}_{n}")
+        try:
+            yield
+        finally:
+            self._name_scopes.pop()
+
+    def _name_scope_path(self):
+        return "/" + "".join(s + "/" for s in self._name_scopes)
+
+    # ---- copies and text ----------------------------------------------
+    def clone(self, for_test=False):
+        """A deep copy; with ``for_test`` backward/optimize ops are dropped and is_test set."""
+        p = Program.from_dict(self.to_dict())
+        p.random_seed = self.random_seed
+        if for_test:
+            for b in p.blocks:
+                b.ops = [op for op in b.ops
+                         if not op.role() & (OpRole.Backward | OpRole.Optimize)]
+                for op in b.ops:
+                    if op.has_attr("is_test"):
+                        op._attrs["is_test"] = True
+                used = {n for op in b.ops for n in op.input_arg_names + op.output_arg_names}
+                b.vars = {k: v for k, v in b.vars.items()
+                          if k in used or v.persistable or v.is_data}
+        return p
+
+    def to_dict(self):
+        from .serialize import program_to_dict
+        return program_to_dict(self)
+
+    @staticmethod
+    def from_dict(d):
+        from .serialize import program_from_dict
+        return program_from_dict(d)
+
+    def to_string(self, throw_on_error=False, with_details=False):
+        return str(self)
+
+    def __str__(self):
+        return "\n".join(str(b) for b in self.blocks)
+
+    def __repr__(self):
+        ops = sum(len(b.ops) for b in self.blocks)
+        return f"<Program blocks={len(self.blocks)} ops={ops}>"
+
+    def __deepcopy__(self, memo):
+        return self.clone()
+
+
+_main_program = Program()
+_startup_program = Program()
+
+
+def default_main_program():
+    return _main_program
+
+
+def default_startup_program():
+    return _startup_program
+
+
+def switch_main_program(program):
+    global _main_program
+    old, _main_program = _main_program, program
+    return old
+
+
+def switch_startup_program(program):
+    global _startup_program
+    old, _startup_program = _startup_program, program
+    return old
+
+
+@contextlib.contextmanager
+def program_guard(main_program, startup_program=None):
+    """Build into ``main_program`` (and ``startup_program``) inside the block."""
+    if not isinstance(main_program, Program):
+        raise InvalidArgument(f"program_guard: main_program must be a Program, got {type(main_program).__name__}")
+    if startup_program is not None and not isinstance(startup_program, Program):
+        raise InvalidArgument(f"program_guard: startup_program must be a Program, got {type(startup_program).__name__}")
+    old_main = switch_main_program(main_program)
+    old_start = switch_startup_program(startup_program) if startup_program is not None else None
+    try:
+        yield
+    finally:
+        switch_main_program(old_main)
+        if startup_program is not None:
+            switch_startup_program(old_start)
+
+
+@contextlib.contextmanager
+def name_scope(prefix):
+    with default_main_program()._name_scope(prefix):
+        yield
+
+
+@contextlib.contextmanager
+def device_guard(device=None):
+    prog = default_main_program()
+    old = prog._current_device
+    prog._current_device = device or ""
+    try:
+        yield
+    finally:
+        prog._current_device = old
+
+
+def op_role_of(op):
+    return op.attr(OP_ROLE_ATTR) if op.has_attr(OP_ROLE_ATTR) else 0

@@ -1,0 +1,134 @@
+"""The ``program/v1`` JSON format: Program <-> plain dict.
+
+The format is the one the oracle files use (``shared/oracle/README.md``):
+blocks with ``idx``, ``parent_idx``, ``vars`` (sorted by name) and ``ops``
+(type, slot -> names, attrs; a block attr is ``{"block": idx}``). It plays
+the role of Paddle's ``ProgramDesc`` protobuf. ``program_from_dict``
+validates as it goes and raises InvalidArgument naming the bad path, or
+NotFound for an op type that is not registered; it never evaluates content.
+"""
+from refimpl.core.dtypes import convert_dtype
+from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
+from refimpl.ops.registry import has_op
+
+from .operator import Operator
+from .variable import VAR_TYPES, Parameter, Variable
+
+FORMAT = "program/v1"
+
+
+def _attr_to_json(v):
+    from .block import Block
+    if isinstance(v, Block):
+        return {"block": v.idx}
+    if isinstance(v, (list, tuple)) and v and all(isinstance(b, Block) for b in v):
+        return {"blocks": [b.idx for b in v]}
+    if isinstance(v, tuple):
+        return list(v)
+    return v
+
+
+def program_to_dict(program):
+    blocks = []
+    for b in program.blocks:
+        blocks.append({
+            "idx": b.idx, "parent_idx": b.parent_idx,
+            "vars": [b.vars[n]._to_dict() for n in sorted(b.vars)],
+            "ops": [{"type": op.type,
+                     "inputs": {k: list(v) for k, v in op.inputs.items()},
+                     "outputs": {k: list(v) for k, v in op.outputs.items()},
+                     "attrs": {k: _attr_to_json(v) for k, v in op.all_attrs().items()}}
+                    for op in b.ops],
+        })
+    return {"format": FORMAT, "blocks": blocks}
+
+
+def _need(cond, where, what):
+    if not cond:
+        raise InvalidArgument(f"malformed {FORMAT} program at {where}: {what}")
+
+
+def _var_from_dict(block, d, where):
+    _need(isinstance(d, dict), where, "a var must be an object")
+    name = d.get("name")
+    _need(isinstance(name, str) and name, where, "var needs a non-empty string 'name'")
+    vtype = d.get("type", "DENSE_TENSOR")
+    _need(vtype in VAR_TYPES, f"{where} ({name})", f"unknown var type {vtype!r}")
+    shape = d.get("shape")
+    _need(shape is None or (isinstance(shape, list) and all(isinstance(x, int) for x in shape)),
+          f"{where} ({name})", "shape must be a list of ints")
+    dtype = d.get("dtype")
+    if dtype is not None:
+        try:
+            convert_dtype(dtype)
+        except EnforceNotMet:
+            _need(False, f"{where} ({name})", f"unknown dtype {dtype!r}")
+    flags = {k: d.get(k, False) for k in ("persistable", "stop_gradient", "is_data")}
+    for k, v in flags.items():
+        _need(isinstance(v, bool), f"{where} ({name})", f"{k} must be a boolean")
+    if d.get("is_parameter"):
+        v = Parameter(block, name, shape or [], dtype, trainable=not flags["stop_gradient"], **flags)
+    else:
+        v = Variable(block, name, shape=shape, dtype=dtype, type=vtype, **flags)
+    block.vars[name] = v
+
+
+def _op_from_dict(block, d, where):
+    _need(isinstance(d, dict), where, "an op must be an object")
+    t = d.get("type")
+    _need(isinstance(t, str), where, "op needs a string 'type'")
+    if not has_op(t):
+        raise NotFound(f"{where}: operator {t!r} is not registered")
+    slots = {}
+    for key in ("inputs", "outputs"):
+        s = d.get(key, {})
+        _need(isinstance(s, dict), f"{where} ({t}).{key}", "must map slot names to name lists")
+        for slot, names in s.items():
+            _need(isinstance(names, list) and all(isinstance(n, str) for n in names),
+                  f"{where} ({t}).{key}.{slot}", "must be a list of variable names")
+        slots[key] = s
+    attrs = d.get("attrs", {})
+    _need(isinstance(attrs, dict), f"{where} ({t}).attrs", "must be an object")
+    op = Operator(block, t, slots["inputs"], slots["outputs"], dict(attrs), fill_proto=False)
+    block.ops.append(op)
+
+
+def program_from_dict(d):
+    from .program import Program
+    _need(isinstance(d, dict), "<root>", "expected an object")
+    _need(d.get("format", FORMAT) == FORMAT, "format", f"expected {FORMAT!r}, got {d.get('format')!r}")
+    blocks = d.get("blocks")
+    _need(isinstance(blocks, list) and blocks, "blocks", "expected a non-empty list")
+    prog = Program()
+    prog.blocks = []
+    from .block import Block
+    for i, bd in enumerate(blocks):
+        _need(isinstance(bd, dict), f"blocks[{i}]", "a block must be an object")
+        _need(bd.get("idx", i) == i, f"blocks[{i}].idx", "blocks must be listed in idx order")
+        parent = bd.get("parent_idx", -1)
+        _need(isinstance(parent, int) and -1 <= parent < i, f"blocks[{i}].parent_idx",
+              f"must be -1 or an earlier block, got {parent!r}")
+        prog.blocks.append(Block(prog, i, parent))
+    for i, bd in enumerate(blocks):
+        b = prog.blocks[i]
+        _need(isinstance(bd.get("vars", []), list), f"blocks[{i}].vars", "expected a list")
+        _need(isinstance(bd.get("ops", []), list), f"blocks[{i}].ops", "expected a list")
+        for j, vd in enumerate(bd.get("vars", [])):
+            _var_from_dict(b, vd, f"blocks[{i}].vars[{j}]")
+        for j, od in enumerate(bd.get("ops", [])):
+            _op_from_dict(b, od, f"blocks[{i}].ops[{j}]")
+    for b in prog.blocks:
+        for j, op in enumerate(b.ops):
+            for k, v in op._attrs.items():
+                if isinstance(v, dict) and set(v) == {"block"}:
+                    _need(isinstance(v["block"], int) and 0 <= v["block"] < len(prog.blocks),
+                          f"blocks[{b.idx}].ops[{j}].attrs.{k}", f"no block {v['block']!r}")
+                    op._attrs[k] = prog.blocks[v["block"]]
+                elif isinstance(v, dict) and set(v) == {"blocks"}:
+                    op._attrs[k] = [prog.blocks[x] for x in v["blocks"]]
+            for n in op.output_arg_names:
+                var = b._find_var_recursive(n)
+                if var is not None:
+                    var.op = op
+    prog._version = 0
+    return prog

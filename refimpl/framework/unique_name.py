@@ -1,0 +1,51 @@
+"""Unique names: ``fc_0``, ``fc_0.w_0``, ``tmp_3``.
+
+Mirrors ``paddle.utils.unique_name``: a generator keeps one counter per key
+and ``generate(key)`` returns ``f"{key}_{n}"``. ``guard()`` swaps in a fresh
+generator for the duration of a ``with`` block, which is how the oracle
+programs get names that start from 0.
+"""
+import contextlib
+
+
+class UniqueNameGenerator:
+    def __init__(self, prefix=""):
+        self.ids = {}
+        self.prefix = prefix
+
+    def __call__(self, key):
+        n = self.ids.get(key, 0)
+        self.ids[key] = n + 1
+        return f"{self.prefix}{key}_{n}"
+
+
+generator = UniqueNameGenerator()
+
+
+def generate(key):
+    """A new unique name with the given key, e.g. ``generate("fc") -> "fc_0"``."""
+    return generator(key)
+
+
+def generate_with_ignorable_key(key):
+    return generator(key)
+
+
+def switch(new_generator=None):
+    """Install ``new_generator`` (a fresh one if None); return the old one."""
+    global generator
+    old = generator
+    generator = new_generator if new_generator is not None else UniqueNameGenerator()
+    return old
+
+
+@contextlib.contextmanager
+def guard(new_generator=None):
+    """Use a fresh (or the given) generator inside the block."""
+    if isinstance(new_generator, str):
+        new_generator = UniqueNameGenerator(new_generator)
+    old = switch(new_generator)
+    try:
+        yield
+    finally:
+        switch(old)

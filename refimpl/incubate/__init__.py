@@ -1,0 +1,2 @@
+"""``paddle.incubate``."""
+from . import optimizer

@@ -1,0 +1,2 @@
+"""``paddle.incubate.optimizer``: GradientMergeOptimizer."""
+from .gradient_merge import GradientMergeOptimizer

@@ -1,0 +1,96 @@
+"""Initializers: the startup-program ops that give parameters their first values.
+
+Mirrors ``paddle.nn.initializer`` in static mode: calling an initializer on
+``(var, block)`` appends one op to ``block`` (the startup program) that
+writes ``var``: ``fill_constant`` for Constant, ``uniform_random`` /
+``gaussian_random`` for Uniform, Normal and the Xavier variants (with
+Paddle's fan-in/fan-out rule and limits). Values differ from Paddle's
+random streams; ``refimpl.seed`` makes them deterministic.
+"""
+import math
+
+from refimpl.core.dtypes import to_vartype
+
+
+def _fans(shape):
+    shape = list(shape)
+    if not shape:
+        return 1, 1
+    if len(shape) == 1:
+        return shape[0], shape[0]
+    if len(shape) == 2:
+        return shape[0], shape[1]
+    rf = 1
+    for d in shape[2:]:
+        rf *= d
+    return shape[1] * rf, shape[0] * rf
+
+
+class Initializer:
+    def __call__(self, var, block):
+        return self.forward(var, block)
+
+
+class Constant(Initializer):
+    def __init__(self, value=0.0, force_cpu=False):
+        self._value, self._force_cpu = value, force_cpu
+
+    def forward(self, var, block):
+        op = block.append_op(type="fill_constant", outputs={"Out": var},
+                             attrs={"shape": list(var.shape), "dtype": to_vartype(var.dtype),
+                                    "value": float(self._value), "str_value": str(float(self._value)),
+                                    "force_cpu": self._force_cpu})
+        var.op = op
+        return op
+
+
+class Uniform(Initializer):
+    def __init__(self, low=-1.0, high=1.0, seed=0):
+        self._low, self._high, self._seed = low, high, seed
+
+    def forward(self, var, block):
+        op = block.append_op(type="uniform_random", inputs={}, outputs={"Out": var},
+                             attrs={"shape": list(var.shape), "dtype": to_vartype(var.dtype),
+                                    "min": float(self._low), "max": float(self._high), "seed": self._seed})
+        var.op = op
+        return op
+
+
+class Normal(Initializer):
+    def __init__(self, mean=0.0, std=1.0, seed=0):
+        self._mean, self._std, self._seed = mean, std, seed
+
+    def forward(self, var, block):
+        op = block.append_op(type="gaussian_random", outputs={"Out": var},
+                             attrs={"shape": list(var.shape), "dtype": to_vartype(var.dtype),
+                                    "mean": float(self._mean), "std": float(self._std), "seed": self._seed})
+        var.op = op
+        return op
+
+
+class XavierUniform(Initializer):
+    def __init__(self, fan_in=None, fan_out=None, gain=1.0, seed=0):
+        self._fan_in, self._fan_out, self._gain, self._seed = fan_in, fan_out, gain, seed
+
+    def forward(self, var, block):
+        fi, fo = _fans(var.shape)
+        fi = self._fan_in if self._fan_in is not None else fi
+        fo = self._fan_out if self._fan_out is not None else fo
+        limit = 0.0 if 0 in (fi, fo) else self._gain * math.sqrt(6.0 / float(fi + fo))
+        return Uniform(-limit, limit, self._seed).forward(var, block)
+
+
+class XavierNormal(Initializer):
+    def __init__(self, fan_in=None, fan_out=None, gain=1.0, seed=0):
+        self._fan_in, self._fan_out, self._gain, self._seed = fan_in, fan_out, gain, seed
+
+    def forward(self, var, block):
+        fi, fo = _fans(var.shape)
+        fi = self._fan_in if self._fan_in is not None else fi
+        fo = self._fan_out if self._fan_out is not None else fo
+        std = 0.0 if 0 in (fi, fo) else self._gain * math.sqrt(2.0 / float(fi + fo))
+        return Normal(0.0, std, self._seed).forward(var, block)
+
+
+XavierInitializer = XavierUniform
+ConstantInitializer = Constant

@@ -1,0 +1,155 @@
+"""Creation ops: fill_constant, fill_any_like, uniform_random, gaussian_random,
+and the embedding lookup lookup_table_v2 (+ its grad).
+
+Each mirrors the Paddle op of the same name: same slots, same attrs and
+defaults. As in Paddle, a shape comes from ``ShapeTensorList`` first, then
+``ShapeTensor``, then the ``shape`` attr; ``fill_constant``'s value comes
+from ``ValueTensor``, then a non-empty ``str_value``, then ``value``.
+
+Differences from Paddle: random ops draw from NumPy generators
+(``refimpl.core.random``), so their numbers differ from Paddle's; a
+non-zero ``seed`` attr still makes an op repeat the same numbers on every
+run, and ``refimpl.core.random.seed(n)`` makes the others reproducible.
+``lookup_table_v2_grad`` always produces a dense gradient (no SelectedRows).
+"""
+import numpy as np
+
+from refimpl.core.dtypes import VARTYPE_TO_NAME, convert_dtype, to_numpy_dtype
+from refimpl.core.errors import InvalidArgument
+from refimpl.core.random import generator_for
+
+from .common import first
+from .grad_maker import simple_grad
+from .registry import register_op
+
+
+def _shape(ShapeTensor, ShapeTensorList, shape):
+    if ShapeTensorList:
+        return tuple(int(np.asarray(t).reshape(-1)[0]) for t in ShapeTensorList)
+    if ShapeTensor is not None:
+        return tuple(int(d) for d in np.asarray(ShapeTensor).reshape(-1))
+    return tuple(int(d) for d in shape)
+
+
+def _infer_shape_attr(ins, attrs):
+    """Static output shape: the attr, or -1s when the shape comes from tensors."""
+    shape = tuple(attrs["shape"])
+    if ins.get("ShapeTensorList"):
+        return shape if len(shape) == len(ins["ShapeTensorList"]) else (-1,) * len(ins["ShapeTensorList"])
+    if ins.get("ShapeTensor") and not shape:
+        return (-1,) * first(ins, "ShapeTensor")[0][0]
+    return shape
+
+
+def _dtype_infer(ins, attrs):
+    return {"Out": (_infer_shape_attr(ins, attrs), VARTYPE_TO_NAME[attrs["dtype"]])}
+
+
+_SHAPE_SLOTS = ["ShapeTensor?", "ShapeTensorList*?"]
+
+
+# ---- fill_constant -------------------------------------------------------------
+def parse_str_value(s, np_dtype):
+    """``str_value`` as a number of the target kind (keeps int64 exact; "inf"/"nan" work)."""
+    if np_dtype.kind in "iu":
+        try:
+            return int(s)
+        except ValueError:
+            return int(float(s))
+    if np_dtype.kind == "b":
+        low = s.strip().lower()
+        return low == "true" if low in ("true", "false") else float(s) != 0
+    return float(s)
+
+
+@register_op("fill_constant", ["ValueTensor?"] + _SHAPE_SLOTS, ["Out"],
+             {"dtype": 5, "shape": [], "value": 0.0, "str_value": "", "force_cpu": False,
+              "place_type": -1},
+             infer_shape=_dtype_infer)
+def fill_constant(ValueTensor, ShapeTensor, ShapeTensorList, *, dtype, shape, value, str_value):
+    dt = to_numpy_dtype(dtype)
+    if ValueTensor is not None:
+        value = np.asarray(ValueTensor).reshape(-1)[0]
+    elif str_value:
+        value = parse_str_value(str_value, dt)
+    return np.full(_shape(ShapeTensor, ShapeTensorList, shape), value, dtype=dt)
+
+
+def _fill_any_like_infer(ins, attrs):
+    shape, dt = first(ins, "X")
+    return {"Out": (tuple(shape), dt if attrs["dtype"] == -1 else convert_dtype(attrs["dtype"]))}
+
+
+@register_op("fill_any_like", ["X"], ["Out"], {"value": 0.0, "dtype": -1},
+             infer_shape=_fill_any_like_infer)
+def fill_any_like(X, *, value, dtype):
+    dt = X.dtype if dtype == -1 else to_numpy_dtype(dtype)
+    return np.full(X.shape, value, dtype=dt)
+
+
+# ---- random ----------------------------------------------------------------------
+@register_op("uniform_random", _SHAPE_SLOTS, ["Out"],
+             {"shape": [], "dtype": 5, "min": -1.0, "max": 1.0, "seed": 0,
+              "diag_num": 0, "diag_step": 0, "diag_val": 1.0},
+             infer_shape=_dtype_infer)
+def uniform_random(ShapeTensor, ShapeTensorList, *, shape, dtype, min, max, seed,
+                   diag_num, diag_step, diag_val):
+    rng = generator_for(seed)
+    out = rng.uniform(min, max, _shape(ShapeTensor, ShapeTensorList, shape)).astype(to_numpy_dtype(dtype))
+    if diag_num > 0:  # Paddle's diagonal init: element i * (diag_step + 1) set to diag_val
+        flat = out.reshape(-1)
+        idx = np.arange(diag_num) * (diag_step + 1)
+        if idx[-1] >= flat.size:
+            raise InvalidArgument(f"uniform_random: diag_num {diag_num} / diag_step {diag_step} "
+                                  f"exceed {flat.size} elements")
+        flat[idx] = diag_val
+    return out
+
+
+@register_op("gaussian_random", _SHAPE_SLOTS, ["Out"],
+             {"shape": [], "mean": 0.0, "std": 1.0, "seed": 0, "dtype": 5},
+             infer_shape=_dtype_infer)
+def gaussian_random(ShapeTensor, ShapeTensorList, *, shape, mean, std, seed, dtype):
+    rng = generator_for(seed)
+    out = rng.normal(mean, std, _shape(ShapeTensor, ShapeTensorList, shape))
+    return out.astype(to_numpy_dtype(dtype))
+
+
+# ---- lookup_table_v2 ----------------------------------------------------------------
+def _ids(Ids, vocab):
+    ids = np.asarray(Ids)
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+        raise InvalidArgument(f"lookup_table_v2: ids must be in [0, {vocab}), got "
+                              f"[{ids.min()}, {ids.max()}]")
+    return ids
+
+
+def _lookup_infer(ins, attrs):
+    ids, _ = first(ins, "Ids")
+    w, dt = first(ins, "W")
+    return {"Out": (tuple(ids) + (w[1],), dt)}
+
+
+@register_op("lookup_table_v2", ["Ids", "W"], ["Out"], {"padding_idx": -1},
+             infer_shape=_lookup_infer,
+             grad=simple_grad("lookup_table_v2_grad", ["Ids", "W", "Out@GRAD"], ["W@GRAD"]))
+def lookup_table_v2(Ids, W, *, padding_idx):
+    ids = _ids(Ids, W.shape[0])
+    out = W[ids]
+    if padding_idx != -1:
+        out[ids == padding_idx] = 0
+    return out
+
+
+@register_op("lookup_table_v2_grad", ["Ids", "W", "Out@GRAD"], ["W@GRAD"], {"padding_idx": -1},
+             infer_shape=lambda ins, attrs: {"W@GRAD": first(ins, "W")}, no_need_buffer=["W"])
+def lookup_table_v2_grad(Ids, W, dOut, *, padding_idx):
+    """W may be a shape-only meta (no need buffer): only W.shape is read."""
+    ids = _ids(Ids, W.shape[0]).reshape(-1)
+    rows = dOut.reshape(ids.size, W.shape[1])
+    if padding_idx != -1:
+        keep = ids != padding_idx
+        ids, rows = ids[keep], rows[keep]
+    dW = np.zeros(W.shape, dtype=dOut.dtype)
+    np.add.at(dW, ids, rows)
+    return dW

@@ -1,0 +1,264 @@
+"""Arithmetic ops: mul, matmul_v2, elementwise_*, scale, sum, reduce_*.
+
+Each op mirrors the Paddle op of the same name: the same slots, attrs with
+the same defaults, the same grad ops and no-need-buffer slots. Kernels are
+NumPy; float32 stays float32 (Python scalars are cast to the array dtype).
+A kernel with a keyword-only ``need`` parameter gets one bool per output slot
+and skips outputs nobody reads (for example ``x@GRAD`` of a data input).
+"""
+import functools
+import operator
+
+import numpy as np
+
+from refimpl.core.errors import InvalidArgument
+
+from .common import align_y, as_float, broadcast_shape, first, grads_like, reduce_to, same_as
+from .grad_maker import simple_grad
+from .registry import register_op
+
+_prod = functools.partial(functools.reduce, operator.mul)
+
+
+# ---- mul ---------------------------------------------------------------
+def _mul_infer(ins, attrs):
+    (xs, dt), (ys, _) = first(ins, "X"), first(ins, "Y")
+    return {"Out": (tuple(xs[:attrs["x_num_col_dims"]]) + tuple(ys[attrs["y_num_col_dims"]:]), dt)}
+
+
+def _flat2(a, ncol):
+    return a.reshape(_prod(a.shape[:ncol], 1), -1)
+
+
+@register_op("mul", ["X", "Y"], ["Out"], {"x_num_col_dims": 1, "y_num_col_dims": 1},
+             infer_shape=_mul_infer,
+             grad=simple_grad("mul_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"]))
+def mul(X, Y, *, x_num_col_dims, y_num_col_dims):
+    if X.ndim == 2 and Y.ndim == 2:
+        return X @ Y
+    out = _flat2(X, x_num_col_dims) @ _flat2(Y, y_num_col_dims)
+    return out.reshape(X.shape[:x_num_col_dims] + Y.shape[y_num_col_dims:])
+
+
+@register_op("mul_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"],
+             {"x_num_col_dims": 1, "y_num_col_dims": 1}, infer_shape=grads_like(**{"X@GRAD": "X", "Y@GRAD": "Y"}))
+def mul_grad(X, Y, dOut, *, x_num_col_dims, y_num_col_dims, need):
+    x2, y2 = _flat2(X, x_num_col_dims), _flat2(Y, y_num_col_dims)
+    d2 = dOut.reshape(x2.shape[0], y2.shape[1])
+    dx = (d2 @ y2.T).reshape(X.shape) if need[0] else None
+    dy = (x2.T @ d2).reshape(Y.shape) if need[1] else None
+    return dx, dy
+
+
+# ---- matmul_v2 ------------------------------------------------------------
+def _matmul_infer(ins, attrs):
+    (xs, dt), (ys, _) = first(ins, "X"), first(ins, "Y")
+    xs, ys = list(xs), list(ys)
+    x1, y1 = len(xs) == 1, len(ys) == 1
+    if x1:
+        xs = [1] + xs
+    if y1:
+        ys = ys + [1]
+    if attrs["trans_x"]:
+        xs[-1], xs[-2] = xs[-2], xs[-1]
+    if attrs["trans_y"]:
+        ys[-1], ys[-2] = ys[-2], ys[-1]
+    out = list(broadcast_shape(xs[:-2], ys[:-2])) + [xs[-2], ys[-1]]
+    if x1:
+        out.pop(-2)
+    if y1:
+        out.pop(-1)
+    return {"Out": (tuple(out), dt)}
+
+
+def _t(a, flag):
+    return a.swapaxes(-1, -2) if flag else a
+
+
+@register_op("matmul_v2", ["X", "Y"], ["Out"], {"trans_x": False, "trans_y": False},
+             infer_shape=_matmul_infer,
+             grad=simple_grad("matmul_v2_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"]))
+def matmul_v2(X, Y, *, trans_x, trans_y):
+    if X.ndim < 2 or Y.ndim < 2:
+        return np.asarray(np.matmul(X.T if trans_x else X, Y.T if trans_y else Y))
+    return np.matmul(_t(X, trans_x), _t(Y, trans_y))
+
+
+@register_op("matmul_v2_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"],
+             {"trans_x": False, "trans_y": False}, infer_shape=grads_like(**{"X@GRAD": "X", "Y@GRAD": "Y"}))
+def matmul_v2_grad(X, Y, dOut, *, trans_x, trans_y, need):
+    x, y, d = X, Y, dOut
+    if x.ndim == 1:
+        x, d = x[None, :], np.expand_dims(d, -2)
+    if y.ndim == 1:
+        y, d = y[:, None], np.expand_dims(d, -1)
+    dx = dy = None
+    if need[0]:
+        dx = np.matmul(d, _t(y, not trans_y)) if not trans_x else np.matmul(_t(y, trans_y), _t(d, True))
+        dx = reduce_to(dx, x.shape).reshape(X.shape)
+    if need[1]:
+        dy = np.matmul(_t(x, not trans_x), d) if not trans_y else np.matmul(_t(d, True), _t(x, trans_x))
+        dy = reduce_to(dy, y.shape).reshape(Y.shape)
+    return dx, dy
+
+
+# ---- elementwise ---------------------------------------------------------
+def _ew_infer(ins, attrs):
+    (xs, dt), (ys, _) = first(ins, "X"), first(ins, "Y")
+    return {"Out": (broadcast_shape(xs, align_y(ys, len(xs), attrs["axis"])), dt)}
+
+
+def _y(X, Y, axis):
+    if axis != -1 and Y.ndim < X.ndim:
+        return Y.reshape(align_y(Y.shape, X.ndim, axis))
+    return Y
+
+
+def _register_elementwise(name, fn, grad_fn, grad_inputs, nnb):
+    grad = None
+    if grad_fn is not None:
+        grad = simple_grad(name + "_grad", grad_inputs, ["X@GRAD", "Y@GRAD"])
+        register_op(name + "_grad", grad_inputs, ["X@GRAD", "Y@GRAD"], {"axis": -1},
+                    infer_shape=grads_like(**{"X@GRAD": "X", "Y@GRAD": "Y"}),
+                    no_need_buffer=nnb)(grad_fn)
+
+    @register_op(name, ["X", "Y"], ["Out"], {"axis": -1}, infer_shape=_ew_infer, grad=grad)
+    def kernel(X, Y, *, axis):
+        try:
+            return fn(X, _y(X, Y, axis))
+        except ValueError:
+            raise InvalidArgument(f"{name}: shapes {list(X.shape)} and {list(Y.shape)} "
+                                  f"do not broadcast (axis={axis})") from None
+    kernel.__name__ = name
+    return kernel
+
+
+def _add_grad(X, Y, dOut, *, axis, need):
+    dx = reduce_to(dOut, X.shape) if need[0] else None
+    dy = reduce_to(dOut, _y(X, Y, axis).shape).reshape(Y.shape) if need[1] else None
+    return dx, dy
+
+
+def _sub_grad(X, Y, dOut, *, axis, need):
+    dx = reduce_to(dOut, X.shape) if need[0] else None
+    dy = np.negative(reduce_to(dOut, _y(X, Y, axis).shape)).reshape(Y.shape) if need[1] else None
+    return dx, dy
+
+
+def _mul_grad(X, Y, dOut, *, axis, need):
+    y = _y(X, Y, axis)
+    dx = reduce_to(dOut * y, X.shape) if need[0] else None
+    dy = reduce_to(dOut * X, y.shape).reshape(Y.shape) if need[1] else None
+    return dx, dy
+
+
+def _div_grad(X, Y, Out, dOut, *, axis, need):
+    y = _y(X, Y, axis)
+    dx = reduce_to(dOut / y, X.shape) if need[0] else None
+    dy = reduce_to(-dOut * Out / y, y.shape).reshape(Y.shape) if need[1] else None
+    return dx, dy
+
+
+_register_elementwise("elementwise_add", np.add, _add_grad, ["X", "Y", "Out@GRAD"], ["X", "Y"])
+_register_elementwise("elementwise_sub", np.subtract, _sub_grad, ["X", "Y", "Out@GRAD"], ["X", "Y"])
+_register_elementwise("elementwise_mul", np.multiply, _mul_grad, ["X", "Y", "Out@GRAD"], [])
+_register_elementwise("elementwise_div", np.divide, _div_grad, ["X", "Y", "Out", "Out@GRAD"], [])
+_register_elementwise("elementwise_mod", np.mod, None, None, [])
+_register_elementwise("elementwise_max", np.maximum, None, None, [])
+_register_elementwise("elementwise_min", np.minimum, None, None, [])
+_register_elementwise("elementwise_pow", np.power, None, None, [])
+
+
+# ---- scale and sum --------------------------------------------------------
+def _scale_grad(g):
+    return [g.op("scale",
+                 {"X": g.output_grad("Out"), "ScaleTensor": g.input("ScaleTensor"),
+                  "BiasTensor": g.input("BiasTensor")},
+                 {"Out": g.input_grad("X")},
+                 {"scale": g.attrs()["scale"], "bias": 0.0, "bias_after_scale": True})]
+
+
+@register_op("scale", ["X", "ScaleTensor?", "BiasTensor?"], ["Out"],
+             {"scale": 1.0, "bias": 0.0, "bias_after_scale": True},
+             infer_shape=same_as("X", "Out"), grad=_scale_grad, inplace={"Out": "X"})
+def scale(X, ScaleTensor, BiasTensor, *, scale, bias, bias_after_scale):
+    if ScaleTensor is not None:
+        scale = ScaleTensor.reshape(-1)[0]
+    if BiasTensor is not None:
+        bias = BiasTensor.reshape(-1)[0]
+    s, b = as_float(scale, X.dtype), as_float(bias, X.dtype)
+    if bias_after_scale:
+        out = X * s if b == 0 else X * s + b
+    else:
+        out = (X + b) * s
+    return np.asarray(out, dtype=X.dtype)
+
+
+def _sum_grad(g):
+    # Paddle's sum grad: one scale(1.0) per input that needs a gradient
+    dout = g.output_grad("Out")
+    return [g.op("scale", {"X": dout}, {"Out": [n]}, {"scale": 1.0})
+            for n in g.input_grad("X")]
+
+
+@register_op("sum", ["X*"], ["Out"], {}, infer_shape=same_as("X", "Out"), grad=_sum_grad)
+def sum_op(X):
+    if len(X) == 1:
+        return X[0].copy()
+    out = np.add(X[0], X[1])
+    for x in X[2:]:
+        np.add(out, x, out=out)
+    return out
+
+
+# ---- reductions --------------------------------------------------------------
+_REDUCE_ATTRS = {"dim": [], "keep_dim": False, "reduce_all": False, "in_dtype": -1, "out_dtype": -1}
+
+
+def _axes(ndim, dim, reduce_all):
+    if reduce_all or not dim or len(dim) == ndim:
+        return None
+    return tuple(d % ndim for d in dim)
+
+
+def _reduce_infer(ins, attrs):
+    shape, dt = first(ins, "X")
+    axes = _axes(len(shape), attrs["dim"], attrs["reduce_all"])
+    keep = attrs["keep_dim"]
+    axes = set(range(len(shape))) if axes is None else set(axes)
+    out = tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
+    return {"Out": (out, dt)}
+
+
+def _reduce_grad_value(X, dOut, dim, keep_dim, reduce_all):
+    axes = _axes(X.ndim, dim, reduce_all)
+    if axes is None:
+        return dOut.reshape((1,) * X.ndim), X.size
+    if not keep_dim:
+        dOut = np.expand_dims(dOut, axes)
+    return dOut, _prod((X.shape[a] for a in axes), 1)
+
+
+def _register_reduce(name, fn, grad_fn):
+    register_op(name + "_grad", ["X", "Out@GRAD"], ["X@GRAD"], _REDUCE_ATTRS,
+                infer_shape=grads_like(**{"X@GRAD": "X"}), no_need_buffer=["X"])(grad_fn)
+
+    @register_op(name, ["X"], ["Out"], _REDUCE_ATTRS, infer_shape=_reduce_infer,
+                 grad=simple_grad(name + "_grad", ["X", "Out@GRAD"], ["X@GRAD"]))
+    def kernel(X, *, dim, keep_dim, reduce_all):
+        return np.asarray(fn(X, axis=_axes(X.ndim, dim, reduce_all), keepdims=keep_dim))
+    kernel.__name__ = name
+
+
+def _mean_grad(X, dOut, *, dim, keep_dim, reduce_all):
+    g, n = _reduce_grad_value(X, dOut, dim, keep_dim, reduce_all)
+    return np.broadcast_to(g * as_float(1.0 / n, g.dtype), X.shape).copy()
+
+
+def _sum_grad_kernel(X, dOut, *, dim, keep_dim, reduce_all):
+    g, _ = _reduce_grad_value(X, dOut, dim, keep_dim, reduce_all)
+    return np.broadcast_to(g, X.shape).copy()
+
+
+_register_reduce("reduce_mean", np.mean, _mean_grad)
+_register_reduce("reduce_sum", np.sum, _sum_grad_kernel)

@@ -1,0 +1,125 @@
+"""Optimizer base: ``minimize`` = backward + one update op per parameter.
+
+Mirrors ``paddle.optimizer.Optimizer`` in static mode: ``minimize(loss)``
+calls ``append_backward``, sorts ``(param, grad)`` pairs by parameter name,
+creates the global learning-rate variable ``learning_rate_k`` (a
+``fill_constant`` in the startup program, or a value the executor writes
+before each run when an ``LRScheduler`` drives it), creates accumulators
+named ``{param}_{acc}_k`` initialised in the startup program, and appends
+each update op under role Optimize with ``op_role_var = [param, grad]``.
+"""
+from refimpl.core.errors import InvalidArgument
+from refimpl.framework import unique_name
+from refimpl.framework.program import default_main_program, default_startup_program, program_guard
+from refimpl.framework.variable import Variable
+from refimpl.nn.initializer import Constant
+from refimpl.static.backward import append_backward
+from refimpl.static.input import create_global_var
+from refimpl.static.layer_helper import LayerHelper
+
+from .lr import LRScheduler
+
+
+class Optimizer:
+    type = None
+
+    def __init__(self, learning_rate=0.001, parameters=None, weight_decay=None, grad_clip=None, name=None):
+        if not isinstance(learning_rate, (int, float, LRScheduler, Variable)) or isinstance(learning_rate, bool):
+            raise InvalidArgument(f"{type(self).__name__}: learning_rate must be a float, an LRScheduler "
+                                  f"or a Variable, got {type(learning_rate).__name__}")
+        if isinstance(learning_rate, (int, float)) and learning_rate < 0:
+            raise InvalidArgument(f"{type(self).__name__}: learning_rate must be >= 0, got {learning_rate}")
+        self._learning_rate = learning_rate
+        self._parameter_list = parameters
+        self._learning_rate_map = {}
+        self._accumulators = {}
+        self.helper = None
+
+    # ---- learning rate ----------------------------------------------------
+    def _global_learning_rate(self, program=None):
+        return self._learning_rate_map.get(program or default_main_program())
+
+    def _create_global_learning_rate(self):
+        main = default_main_program()
+        if self._global_learning_rate() is not None:
+            return
+        lr = self._learning_rate
+        if isinstance(lr, Variable):
+            self._learning_rate_map[main] = lr
+        elif isinstance(lr, LRScheduler):
+            name = unique_name.generate("learning_rate")
+            var = self.helper.create_global_variable(name=name, persistable=True, stop_gradient=True,
+                                                     shape=[], dtype="float32")
+            self.helper.set_variable_initializer(var, Constant(float(lr())))
+            main.lr_scheduler, main.lr_var = lr, var
+            self._learning_rate_map[main] = var
+        else:
+            self._learning_rate_map[main] = create_global_var(
+                [], float(lr), "float32", persistable=True, name=unique_name.generate("learning_rate"))
+
+    def get_lr(self):
+        lr = self._learning_rate
+        return float(lr()) if isinstance(lr, LRScheduler) else float(lr) if not isinstance(lr, Variable) else None
+
+    def _create_param_lr(self, param_and_grad):
+        return self._global_learning_rate()
+
+    # ---- accumulators -----------------------------------------------------
+    def _add_accumulator(self, name, param, fill_value=0.0, shape=None, dtype=None):
+        key = (name, param.name)
+        if key in self._accumulators:
+            return self._accumulators[key]
+        var = self.helper.create_global_variable(
+            name=unique_name.generate(f"{param.name}_{name}"), persistable=True,
+            dtype=dtype or param.dtype, shape=list(param.shape) if shape is None else shape)
+        self.helper.set_variable_initializer(var, Constant(float(fill_value)))
+        self._accumulators[key] = var
+        return var
+
+    def _get_accumulator(self, name, param):
+        return self._accumulators[(name, param.name)]
+
+    def _create_accumulators(self, block, params):
+        pass
+
+    def _append_optimize_op(self, block, param_and_grad):
+        raise NotImplementedError
+
+    # ---- the pass ---------------------------------------------------------
+    def backward(self, loss, startup_program=None, parameters=None, no_grad_set=None, callbacks=None):
+        params = parameters if parameters is not None else self._parameter_list
+        with program_guard(loss.block.program, startup_program or default_startup_program()):
+            return append_backward(loss, params, no_grad_set)
+
+    def apply_gradients(self, params_grads):
+        params_grads = sorted(params_grads, key=lambda pg: pg[0].name)
+        return self._create_optimization_pass(params_grads)
+
+    def _create_optimization_pass(self, params_grads):
+        program = default_main_program()
+        block = program.global_block()
+        start = len(block.ops)
+        target = program.current_block()
+        self.helper = LayerHelper(type(self).__name__)
+        self._create_global_learning_rate()
+        self._create_accumulators(target, [p for p, _ in params_grads if not p.stop_gradient])
+        for p, g in params_grads:
+            if g is None or p.stop_gradient:
+                continue
+            with program._optimized_guard([p, g]), program._name_scope("optimizer"):
+                self._append_optimize_op(target, (p, g))
+        return block.ops[start:] if target is block else target.ops
+
+    def apply_optimize(self, loss, startup_program, params_grads):
+        with program_guard(loss.block.program, startup_program or default_startup_program()):
+            return self.apply_gradients(params_grads)
+
+    _apply_optimize = apply_optimize
+
+    def minimize(self, loss, startup_program=None, parameters=None, no_grad_set=None):
+        """Append backward and update ops for ``loss``; return (optimize_ops, params_grads)."""
+        if not isinstance(loss, Variable):
+            raise InvalidArgument(f"minimize: loss must be a static Variable, got {type(loss).__name__}")
+        params_grads = self.backward(loss, startup_program, parameters, no_grad_set)
+        optimize_ops = self.apply_optimize(loss, startup_program, params_grads)
+        return optimize_ops, params_grads

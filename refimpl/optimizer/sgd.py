@@ -1,0 +1,105 @@
+"""SGD, Momentum, Adam and AdamW: the ops each optimizer appends per parameter.
+
+Mirrors ``paddle.optimizer.{SGD, Momentum, Adam, AdamW}`` in static mode:
+the same update ops (``sgd``, ``momentum``, ``adam``, ``adamw``), slot
+wiring, attrs and accumulator names (``_velocity_0``, ``_moment1_0``,
+``_moment2_0``, ``_beta1_pow_acc_0``, ``_beta2_pow_acc_0``).
+"""
+from refimpl.core.errors import InvalidArgument
+
+from .optimizer import Optimizer
+
+
+class SGD(Optimizer):
+    type = "sgd"
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        return block.append_op(type="sgd",
+                               inputs={"Param": p, "Grad": g, "LearningRate": self._create_param_lr(pg)},
+                               outputs={"ParamOut": p}, attrs={"multi_precision": False})
+
+
+class Momentum(Optimizer):
+    type = "momentum"
+
+    def __init__(self, learning_rate=0.001, momentum=0.9, parameters=None, use_nesterov=False,
+                 weight_decay=None, grad_clip=None, multi_precision=False, rescale_grad=1.0, name=None):
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
+        self._momentum, self._use_nesterov, self._rescale_grad = float(momentum), bool(use_nesterov), rescale_grad
+        self._regularization_coeff = float(weight_decay) if isinstance(weight_decay, (int, float)) else 0.0
+
+    def _create_accumulators(self, block, params):
+        for p in params:
+            self._add_accumulator("velocity", p)
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        v = self._get_accumulator("velocity", p)
+        return block.append_op(
+            type="momentum",
+            inputs={"Param": p, "Grad": g, "Velocity": v, "LearningRate": self._create_param_lr(pg)},
+            outputs={"ParamOut": p, "VelocityOut": v},
+            attrs={"mu": self._momentum, "use_nesterov": self._use_nesterov,
+                   "regularization_method": "l2_decay" if self._regularization_coeff else "",
+                   "regularization_coeff": self._regularization_coeff,
+                   "multi_precision": False, "rescale_grad": float(self._rescale_grad)})
+
+
+class Adam(Optimizer):
+    type = "adam"
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-08, parameters=None,
+                 weight_decay=None, grad_clip=None, lazy_mode=False, multi_precision=False,
+                 amsgrad=False, name=None):
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
+        for k, v in (("beta1", beta1), ("beta2", beta2)):
+            if not 0 <= v < 1:
+                raise InvalidArgument(f"{type(self).__name__}: {k} must be in [0, 1), got {v}")
+        if epsilon < 0:
+            raise InvalidArgument(f"{type(self).__name__}: epsilon must be >= 0, got {epsilon}")
+        self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
+        self._lazy_mode, self._amsgrad = lazy_mode, amsgrad
+
+    def _create_accumulators(self, block, params):
+        for p in params:
+            self._add_accumulator("moment1", p)
+            self._add_accumulator("moment2", p)
+            self._add_accumulator("beta1_pow_acc", p, fill_value=self._beta1, shape=[1], dtype="float32")
+            self._add_accumulator("beta2_pow_acc", p, fill_value=self._beta2, shape=[1], dtype="float32")
+
+    def _attrs(self, p):
+        return {"lazy_mode": self._lazy_mode, "min_row_size_to_use_multithread": 1000,
+                "multi_precision": False, "beta1": self._beta1, "beta2": self._beta2,
+                "epsilon": self._epsilon, "amsgrad": self._amsgrad}
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        acc = {k: self._get_accumulator(k, p) for k in ("moment1", "moment2", "beta1_pow_acc", "beta2_pow_acc")}
+        return block.append_op(
+            type=self.type,
+            inputs={"Param": p, "Grad": g, "LearningRate": self._create_param_lr(pg),
+                    "Moment1": acc["moment1"], "Moment2": acc["moment2"],
+                    "Beta1Pow": acc["beta1_pow_acc"], "Beta2Pow": acc["beta2_pow_acc"]},
+            outputs={"ParamOut": p, "Moment1Out": acc["moment1"], "Moment2Out": acc["moment2"],
+                     "Beta1PowOut": acc["beta1_pow_acc"], "Beta2PowOut": acc["beta2_pow_acc"]},
+            attrs=self._attrs(p))
+
+
+class AdamW(Adam):
+    type = "adamw"
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-08, parameters=None,
+                 weight_decay=0.01, lr_ratio=None, apply_decay_param_fun=None, grad_clip=None,
+                 lazy_mode=False, multi_precision=False, amsgrad=False, name=None):
+        super().__init__(learning_rate, beta1, beta2, epsilon, parameters, None, grad_clip,
+                         lazy_mode, multi_precision, amsgrad, name)
+        if not isinstance(weight_decay, (int, float)):
+            raise InvalidArgument(f"AdamW: weight_decay must be a float, got {type(weight_decay).__name__}")
+        self._coeff, self._lr_ratio, self._apply_decay = float(weight_decay), lr_ratio, apply_decay_param_fun
+
+    def _attrs(self, p):
+        a = super()._attrs(p)
+        a.update({"coeff": self._coeff, "with_decay": self._apply_decay is None or bool(self._apply_decay(p.name)),
+                  "lr_ratio": 1.0 if self._lr_ratio is None else float(self._lr_ratio(p))})
+        return a

@@ -1,0 +1,14 @@
+"""``paddle.static``: build programs, differentiate them, run them."""
+from refimpl.core.place import CPUPlace, CUDAPlace
+from refimpl.core.scope import Scope, global_scope, scope_guard
+from refimpl.executor import Executor
+from refimpl.framework import (Operator, Parameter, Program, Variable, default_main_program,
+                               default_startup_program, device_guard, name_scope, program_guard)
+
+from . import nn
+from .backward import append_backward, gradients
+from .input import create_global_var, create_parameter, data
+from .layer_helper import ParamAttr
+from .control_flow import cond
+
+nn.cond = cond

@@ -1,0 +1,214 @@
+"""append_backward: add the gradient ops of a loss to its program.
+
+Mirrors ``paddle.static.append_backward`` (legacy IR) step by step:
+mark the loss op (role Forward|Loss), find the ops on the path to the loss,
+seed ``loss@GRAD`` with a ``fill_constant`` (role Backward|Loss = 257), ask
+each op's grad maker for its grad ops in reverse order, rename gradients
+written by several ops to ``x@GRAD@RENAME@block0@k`` and add them up with a
+``sum`` op before their first reader, drop grad ops nobody needs, create the
+grad vars (shaped like their forward vars) and set ``op_role_var`` on the op
+that finally produces each parameter's gradient. Sub-block (control-flow)
+backward is not supported.
+"""
+from refimpl.core.errors import InvalidArgument, Unimplemented
+from refimpl.framework.op_role import OpRole, OP_DEVICE_ATTR, OP_ROLE_ATTR, OP_ROLE_VAR_ATTR
+from refimpl.framework.variable import Variable
+from refimpl.ops.grad_maker import make_grad_op_descs
+from refimpl.ops.registry import GRAD_SUFFIX, grad_var_name, strip_grad_suffix
+
+
+def _names(items):
+    return {v if isinstance(v, str) else v.name for v in (items or ())}
+
+
+def _op_path(ops, loss_name, no_grad):
+    """Forward ops whose outputs lead to the loss (Paddle's ``_find_op_path_``)."""
+    wanted, keep = {loss_name}, []
+    for op in reversed(ops):
+        if any(n in wanted for n in op.output_arg_names):
+            wanted.update(n for n in op.input_arg_names if n not in no_grad)
+            keep.append(op)
+    return keep[::-1]
+
+
+def _no_grad_outputs(block, path, loss_name, no_grad):
+    """Outputs of path ops that do not lead to the loss (Paddle's ``_find_no_grad_vars``)."""
+    wanted, found = {loss_name}, set()
+    for op in reversed(path):
+        if any(n in wanted for n in op.output_arg_names):
+            for n in op.output_arg_names:
+                v = block._find_var_recursive(n)
+                if n not in wanted and n not in op.input_arg_names and v is not None and not v.stop_gradient:
+                    found.add(n)
+            wanted.update(n for n in op.input_arg_names if n not in no_grad)
+    return found
+
+
+def _rename(descs, old, new, begin, end):
+    for d in descs[begin:end]:
+        for slots in (d["inputs"], d["outputs"]):
+            for k, names in slots.items():
+                slots[k] = [new if n == old else n for n in names]
+
+
+def _sum_op(var, parts, device):
+    return {"type": "sum", "inputs": {"X": list(parts)}, "outputs": {"Out": [var]},
+            "attrs": {OP_DEVICE_ATTR: device, "op_namescope": ""}}
+
+
+def addup_repetitive_outputs(descs, block_idx):
+    """Rename gradients written more than once and sum them (``_addup_repetitive_outputs_``)."""
+    pending, count, renamed, start, device = [], {}, {}, {}, {}
+    for idx, d in enumerate(descs):
+        ins = [n for ns in d["inputs"].values() for n in ns]
+        for n in ins:
+            if GRAD_SUFFIX in n and len(renamed.get(n, ())) > 1:
+                pending.append((_sum_op(n, renamed[n], device.get(n, "")), idx))
+                renamed[n], start[n] = [n], idx
+        for slot, names in d["outputs"].items():
+            for k, n in enumerate(list(names)):
+                if GRAD_SUFFIX not in n or n in ins:
+                    continue
+                if not renamed.get(n):
+                    renamed[n], start[n] = [n], idx
+                    continue
+                if len(renamed[n]) == 1:
+                    first = f"{n}@RENAME@block{block_idx}@{count.get(n, 0)}"
+                    count[n] = count.get(n, 0) + 1
+                    renamed[n][0] = first
+                    _rename(descs, n, first, start[n], idx)
+                    for p, _ in pending:
+                        _rename([p], n, first, 0, 1)
+                    names = d["outputs"][slot]
+                new = f"{n}@RENAME@block{block_idx}@{count.get(n, 0)}"
+                count[n] = count.get(n, 0) + 1
+                names[k] = new
+                d["outputs"][slot] = names
+                renamed[n].append(new)
+                device[n] = d["attrs"].get(OP_DEVICE_ATTR, "")
+    for n, parts in renamed.items():
+        if len(parts) > 1:
+            pending.append((_sum_op(n, parts, device.get(n, "")), len(descs)))
+    for op, idx in reversed(pending):
+        descs.insert(idx, op)
+    return descs
+
+
+def remove_no_grad_branch(descs, no_grad):
+    """Drop grad ops that produce nothing needed; zero-fill needed-but-absent grads."""
+    def removable(d):
+        outs = [n for ns in d["outputs"].values() for n in ns]
+        if not outs or all(n in no_grad for n in outs):
+            return True
+        grad_ins = [n for ns in d["inputs"].values() for n in ns if GRAD_SUFFIX in n]
+        if grad_ins and all(n in no_grad for n in grad_ins):
+            no_grad.update(outs)
+            return True
+        return False
+    descs = [d for d in descs if not removable(d)]
+    inserts = []
+    for idx, d in enumerate(descs):
+        for n in (n for ns in d["inputs"].values() for n in ns):
+            if GRAD_SUFFIX in n and n in no_grad:
+                inserts.append(({"type": "fill_any_like", "inputs": {"X": [strip_grad_suffix(n)]},
+                                 "outputs": {"Out": [n]}, "attrs": {"value": 0.0, "dtype": -1}}, idx))
+    for op, idx in reversed(inserts):
+        descs.insert(idx, op)
+    return descs
+
+
+def _loss_grad_desc(loss):
+    device = loss.op.attr(OP_DEVICE_ATTR) if loss.op is not None and loss.op.has_attr(OP_DEVICE_ATTR) else ""
+    from refimpl.core.dtypes import to_vartype
+    return {"type": "fill_constant", "inputs": {}, "outputs": {"Out": [grad_var_name(loss.name)]},
+            "attrs": {"shape": list(loss.shape), "value": 1.0, "dtype": to_vartype(loss.dtype),
+                      "force_cpu": False, OP_ROLE_ATTR: OpRole.Backward | OpRole.Loss,
+                      OP_DEVICE_ATTR: device, "op_namescope": ""}}
+
+
+def append_backward(loss, parameter_list=None, no_grad_set=None, callbacks=None, checkpoints=None):
+    """Append grad ops for ``loss``; return ``[(param, grad_var)]``."""
+    if not isinstance(loss, Variable):
+        raise InvalidArgument(f"append_backward: loss must be a Variable, got {type(loss).__name__}")
+    block = loss.block
+    program = block.program
+    if block.idx != 0:
+        raise Unimplemented("append_backward: the loss must live in the global block")
+    if loss.op is None:
+        raise InvalidArgument(f"append_backward: no op produces the loss {loss.name!r}")
+    loss.op._set_attr(OP_ROLE_ATTR, OpRole.Forward | OpRole.Loss)
+    no_grad = {v.name for v in block.vars.values() if v.stop_gradient} | _names(no_grad_set)
+    fwd_ops = list(block.ops)
+    path = _op_path(fwd_ops, loss.name, no_grad)
+    no_grad |= _no_grad_outputs(block, path, loss.name, no_grad)
+    no_grad_grads = {grad_var_name(n) for n in no_grad}
+
+    descs, grad_to_var = [], {}
+    for op in reversed(path):
+        if op.has_attr("sub_block"):
+            raise Unimplemented(f"append_backward: op {op.type!r} has a sub-block; control-flow backward is not supported")
+        ds, g2v = make_grad_op_descs(op.type, op.inputs, op.outputs, op.all_attrs(), no_grad_grads)
+        for d in ds:
+            d["attrs"].setdefault(OP_DEVICE_ATTR, op.attr(OP_DEVICE_ATTR) if op.has_attr(OP_DEVICE_ATTR) else "")
+        descs.extend(ds)
+        grad_to_var.update(g2v)
+    descs = addup_repetitive_outputs(descs, block.idx)
+    descs = remove_no_grad_branch(descs, no_grad_grads)
+
+    start = len(block.ops)
+    loss_desc = _loss_grad_desc(loss)
+    for d in [loss_desc] + descs:
+        attrs = dict(d["attrs"])
+        if d is not loss_desc:
+            attrs[OP_ROLE_ATTR] = OpRole.Backward
+        attrs.setdefault(OP_ROLE_VAR_ATTR, [])
+        attrs.setdefault("op_namescope", "")
+        block._append_desc_op(d["type"], d["inputs"], d["outputs"], attrs)
+    grad_info = _create_grad_vars(block, start, grad_to_var)
+
+    if parameter_list is not None:
+        params = [p if isinstance(p, str) else p.name for p in parameter_list]
+    else:
+        params = [p.name for p in program.global_block().all_parameters() if p.trainable]
+    params_and_grads = []
+    for p in params:
+        if p not in grad_info:
+            continue
+        params_and_grads.append((program.global_block().var(p), block.vars.get(grad_info[p])))
+    for p, g in params_and_grads:
+        if g is None:
+            continue
+        for op in reversed(block.ops):
+            if g.name in op.output_arg_names:
+                g.op = op
+                break
+        val = [p.name, g.name] + list(g.op.attr(OP_ROLE_VAR_ATTR) if g.op.has_attr(OP_ROLE_VAR_ATTR) else [])
+        g.op._set_attr(OP_ROLE_VAR_ATTR, val)
+    return params_and_grads
+
+
+def _create_grad_vars(block, start, grad_to_var):
+    """Create every new grad var, shaped like its forward var; drop ops with no outputs."""
+    grad_info = {}
+    keep = block.ops[:start]
+    for op in block.ops[start:]:
+        outs = op.output_arg_names
+        if not outs:
+            continue
+        keep.append(op)
+        for n in outs:
+            if block._find_var_recursive(n) is not None:
+                continue
+            fwd = block._find_var_recursive(strip_grad_suffix(n))
+            v = block.create_var(name=n, shape=fwd.shape if fwd is not None else None,
+                                 dtype=fwd.dtype if fwd is not None else "float32")
+            v.op = op
+            if n in grad_to_var:
+                grad_info[grad_to_var[n]] = n
+    block.ops[:] = keep
+    block.program._bump()
+    return grad_info
+
+
+def gradients(targets, inputs, target_gradients=None, no_grad_set=None):
+    raise Unimplemented("static.gradients is not implemented; use append_backward")

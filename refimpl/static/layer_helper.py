@@ -1,0 +1,101 @@
+"""LayerHelper: what every layer function uses to add vars, params and ops.
+
+Mirrors ``paddle.base.layer_helper.LayerHelper``: a helper named
+``{layer_type}_{n}`` (``fc_0``) creates temporaries ``fc_0.tmp_k``,
+parameters ``fc_0.w_0`` / ``fc_0.b_0`` (a startup copy with its initializer
+op, then the main copy), and appends ops to the current block of the default
+main program.
+"""
+from refimpl.framework import unique_name
+from refimpl.framework.program import default_main_program, default_startup_program
+from refimpl.nn.initializer import Constant, XavierUniform
+
+
+class ParamAttr:
+    """Mirrors ``paddle.ParamAttr``: name, initializer, trainable."""
+
+    def __init__(self, name=None, initializer=None, learning_rate=1.0, regularizer=None,
+                 trainable=True, do_model_average=True, need_clip=True):
+        self.name, self.initializer, self.trainable = name, initializer, trainable
+        self.learning_rate, self.regularizer, self.need_clip = learning_rate, regularizer, need_clip
+
+    @staticmethod
+    def _to_attr(arg):
+        if arg is None:
+            return ParamAttr()
+        if isinstance(arg, ParamAttr):
+            return arg
+        if isinstance(arg, str):
+            return ParamAttr(name=arg)
+        if arg is False:
+            return False
+        from refimpl.nn.initializer import Initializer
+        if isinstance(arg, Initializer):
+            return ParamAttr(initializer=arg)
+        raise TypeError(f"cannot use {type(arg).__name__} as a ParamAttr")
+
+
+class LayerHelper:
+    def __init__(self, layer_type, name=None, **kwargs):
+        self.layer_type = layer_type
+        self.name = name if name is not None else unique_name.generate(layer_type)
+        self.kwargs = kwargs
+
+    @property
+    def main_program(self):
+        return default_main_program()
+
+    @property
+    def startup_program(self):
+        return default_startup_program()
+
+    def create_variable_for_type_inference(self, dtype, stop_gradient=False, shape=None):
+        return self.main_program.current_block().create_var(
+            name=unique_name.generate_with_ignorable_key(f"{self.name}.tmp"),
+            dtype=dtype, shape=shape, persistable=False, stop_gradient=stop_gradient)
+
+    def create_parameter(self, attr, shape, dtype, is_bias=False, default_initializer=None):
+        attr = ParamAttr._to_attr(attr)
+        if attr is False:
+            return None
+        name = attr.name or unique_name.generate(f"{self.name}.{'b' if is_bias else 'w'}")
+        init = attr.initializer or default_initializer or (Constant(0.0) if is_bias else XavierUniform())
+        shape = [int(d) for d in shape]
+        self.startup_program.global_block().create_parameter(
+            name, shape, dtype, trainable=attr.trainable, initializer=init)
+        return self.main_program.global_block().create_parameter(
+            name, shape, dtype, trainable=attr.trainable,
+            optimize_attr={"learning_rate": attr.learning_rate}, regularizer=attr.regularizer,
+            need_clip=attr.need_clip)
+
+    def create_global_variable(self, name=None, persistable=False, **kwargs):
+        name = name or unique_name.generate(f"{self.name}.tmp")
+        return self.main_program.global_block().create_var(name=name, persistable=persistable, **kwargs)
+
+    def set_variable_initializer(self, var, initializer):
+        sv = self.startup_program.global_block().create_var(
+            name=var.name, type=var.type, dtype=var.dtype, shape=var.shape, persistable=True)
+        initializer(sv, self.startup_program.global_block())
+        return sv
+
+    def append_op(self, **kwargs):
+        return self.main_program.current_block().append_op(**kwargs)
+
+    def append_bias_op(self, x, bias_attr, dim_start=1):
+        if bias_attr is False:
+            return x
+        size = list(x.shape[dim_start:])
+        b = self.create_parameter(bias_attr, size, x.dtype, is_bias=True)
+        out = self.create_variable_for_type_inference(x.dtype)
+        self.append_op(type="elementwise_add", inputs={"X": [x], "Y": [b]}, outputs={"Out": [out]},
+                       attrs={"axis": dim_start})
+        return out
+
+    def append_activation(self, x, act):
+        if act is None:
+            return x
+        act = {"type": act} if isinstance(act, str) else dict(act)
+        act_type = act.pop("type")
+        out = self.create_variable_for_type_inference(x.dtype)
+        self.append_op(type=act_type, inputs={"X": [x]}, outputs={"Out": [out]}, attrs=act)
+        return out

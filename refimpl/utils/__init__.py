@@ -1,0 +1,2 @@
+"""``paddle.utils``: unique names."""
+from refimpl.framework import unique_name

@@ -1,0 +1,76 @@
+"""Shared helpers for the oracle tests: load ``../shared/oracle`` cases and compare programs."""
+import glob
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ORACLE = os.environ.get("REFIMPL_ORACLE", os.path.join(os.path.dirname(ROOT), "shared", "oracle"))
+EXTRA = os.path.join(ROOT, "tests", "oracle_extra")
+
+IGNORED_ATTRS = {"op_namescope", "op_callstack", "with_quant_attr"}
+UNORDERED = {("conditional_block", "Input"), ("conditional_block", "Out")}
+
+
+def case_files():
+    files = sorted(glob.glob(os.path.join(ORACLE, "programs", "*.json")))
+    if not files:
+        pytest.fail(f"no oracle programs under {ORACLE}; the tests need ../shared/oracle")
+    return files
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def load_models():
+    spec = importlib.util.spec_from_file_location("oracle_models", os.path.join(ORACLE, "models.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def array(entry):
+    return np.array(entry["data"], dtype=entry["dtype"]).reshape(entry["shape"])
+
+
+def _norm_op(op):
+    def slots(d, kind):
+        return {k: (sorted(v) if (op["type"], k) in UNORDERED else list(v)) for k, v in d.items()}
+    attrs = {k: v for k, v in op["attrs"].items() if k not in IGNORED_ATTRS}
+    return {"type": op["type"], "inputs": slots(op["inputs"], "in"),
+            "outputs": slots(op["outputs"], "out"), "attrs": attrs}
+
+
+def diff_programs(got, want):
+    """A list of human-readable differences between two program/v1 dicts (empty if equal)."""
+    out = []
+    if len(got["blocks"]) != len(want["blocks"]):
+        return [f"block count {len(got['blocks'])} != {len(want['blocks'])}"]
+    for gb, wb in zip(got["blocks"], want["blocks"]):
+        b = gb["idx"]
+        if gb["parent_idx"] != wb["parent_idx"]:
+            out.append(f"block {b}: parent {gb['parent_idx']} != {wb['parent_idx']}")
+        gv = {v["name"]: v for v in gb["vars"]}
+        wv = {v["name"]: v for v in wb["vars"]}
+        for n in sorted(set(gv) ^ set(wv)):
+            out.append(f"block {b}: var {n} only in {'got' if n in gv else 'want'}")
+        for n in sorted(set(gv) & set(wv)):
+            if gv[n] != wv[n]:
+                out.append(f"block {b}: var {n}: {gv[n]} != {wv[n]}")
+        gops, wops = [_norm_op(o) for o in gb["ops"]], [_norm_op(o) for o in wb["ops"]]
+        if [o["type"] for o in gops] != [o["type"] for o in wops]:
+            out.append(f"block {b}: op types {[o['type'] for o in gops]} != {[o['type'] for o in wops]}")
+            continue
+        for i, (g, w) in enumerate(zip(gops, wops)):
+            for key in ("inputs", "outputs", "attrs"):
+                if g[key] != w[key]:
+                    keys = set(g[key]) | set(w[key])
+                    d = {k: (g[key].get(k, "<absent>"), w[key].get(k, "<absent>"))
+                         for k in sorted(keys) if g[key].get(k, "<absent>") != w[key].get(k, "<absent>")}
+                    out.append(f"block {b} op {i} {g['type']} {key}: {d}")
+    return out
