@@ -26,17 +26,24 @@ class Memory:
 
 
 class GarbageCollector:
-    def __init__(self, memory, threshold_bytes=0, on_free=None):
+    """Frees dead tensors now (threshold 0) or in batches of ``threshold`` bytes.
+
+    ``keep_meta`` names the tensors some later op reads as no-need-buffer:
+    only those keep their shape and dtype when freed.
+    """
+
+    def __init__(self, memory, threshold_bytes=0, keep_meta=()):
         self.memory = memory
         self.threshold = threshold_bytes
+        self.keep_meta = set(keep_meta)
         self.pending = []
         self.pending_bytes = 0
-        self.on_free = on_free  # callback(tensor_name, nbytes) for the event trace
+        self.on_free = None  # callback(name, nbytes), set while tracing
 
     def add(self, tensors):
         """``tensors``: list of (name, DenseTensor) that are dead now."""
         if self.threshold <= 0:
-            self._free(tensors)
+            self.free(tensors)
             return
         for item in tensors:
             a = item[1]._array
@@ -49,15 +56,20 @@ class GarbageCollector:
     def flush(self):
         if self.pending:
             items, self.pending, self.pending_bytes = self.pending, [], 0
-            self._free(items)
+            self.free(items)
 
-    def _free(self, tensors):
-        mem = self.memory
-        on_free = self.on_free
+    def free(self, tensors):
+        mem, keep, on_free = self.memory, self.keep_meta, self.on_free
+        live = mem.live
         for name, t in tensors:
             a = t._array
-            if a is not None:
-                mem.live -= a.nbytes
+            if a is None:
+                continue
+            live -= a.nbytes
+            if name in keep:
                 t._clear()
-                if on_free is not None:
-                    on_free(name, a.nbytes)
+            else:
+                t._array = None
+            if on_free is not None:
+                on_free(name, a.nbytes)
+        mem.live = live

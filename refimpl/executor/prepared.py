@@ -11,6 +11,8 @@ as ``ctx``. Only the kernels depend on the backend.
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
 from refimpl.ops.registry import get_op_def
 
+from refimpl.core.tensor import DenseTensor
+
 from .garbage_collector import GarbageCollector, Memory
 from .gc_plan import eager_deletion_vars, no_need_buffer_inputs
 
@@ -27,8 +29,61 @@ def _read_list(ts):
     return lambda: [t._array for t in ts]
 
 
-def _none():
-    return None
+_NO_TENSOR = DenseTensor()  # stands for an empty optional slot: its _array is always None
+
+
+def _free(mem, plain, meta):
+    live = mem.live
+    for t in plain:
+        a = t._array
+        if a is not None:
+            live -= a.nbytes
+            t._array = None
+    for t in meta:
+        a = t._array
+        if a is not None:
+            live -= a.nbytes
+            t._clear()
+    mem.live = live
+
+
+def _runner(fn, ins, simple, outs, kw, single, mem, plain, meta):
+    """The closure the run loop calls for one op (see the module docstring)."""
+    out_list = tuple((o, isinstance(o, list)) for o in outs)
+    ins = tuple(ins)
+
+    def run():
+        if simple:
+            res = fn(*[t._array for t in ins], **kw)
+        else:
+            res = fn(*[r() for r in ins], **kw)
+        if single:
+            res = (res,)
+        live = mem.live
+        for (o, many), r in zip(out_list, res):
+            if o is None or r is None:
+                continue
+            for t, a in (zip(o, r) if many else ((o, r),)):
+                old = t._array
+                t._array = a
+                live += a.nbytes - (old.nbytes if old is not None else 0)
+        if live > mem.peak:
+            mem.peak = live
+        if plain:
+            try:  # the common case: every dead tensor holds a value
+                for t in plain:
+                    live -= t._array.nbytes
+                    t._array = None
+            except AttributeError:  # some held nothing (e.g. written in a branch not taken)
+                mem.live = live
+                _free(mem, plain, ())
+                live = mem.live
+        if meta:
+            mem.live = live
+            _free(mem, (), meta)
+            live = mem.live
+        mem.live = live
+    return run
 
 
 class PreparedBlock:
@@ -44,12 +99,17 @@ class PreparedBlock:
         self.tensors = {}  # name -> DenseTensor, every var this block touches
         plan = eager_deletion_vars(program, skip_vars)[block_idx] if gc_threshold >= 0 else None
         self.gc_threshold = gc_threshold
-        self.gc = GarbageCollector(self.memory, gc_threshold) if plan is not None else None
+        # vars some op reads as no-need-buffer keep their shape when freed
+        self.keep_meta = {n for op in self.block.ops for n in no_need_buffer_inputs(op)}
+        self.gc = GarbageCollector(self.memory, gc_threshold, self.keep_meta) if plan is not None else None
         self.steps = []
         for i, op in enumerate(self.block.ops):
-            run = self._prepare_op(i, op)
             frees = [(n, self.tensor(n)) for n in plan[i]] if plan else []
-            self.steps.append((run, frees, i, op))
+            self.steps.append((self._prepare_op(i, op), frees, i, op))
+        # with GC "free at once", each op's frees are fused into its runner
+        self.fused = None
+        if self.gc is not None and gc_threshold <= 0:
+            self.fused = [self._prepare_op(i, op, frees) for _, frees, i, op in self.steps]
 
     # ---- scope resolution --------------------------------------------------
     def tensor(self, name):
@@ -74,30 +134,33 @@ class PreparedBlock:
         return t
 
     # ---- ops ------------------------------------------------------------
-    def _prepare_op(self, i, op):
+    def _prepare_op(self, i, op, frees=()):
+        """One op as a closure: read inputs, call the kernel, write outputs, free dead tensors."""
         try:
             opdef = get_op_def(op.type)
         except NotFound:
             raise NotFound(f"block {self.block.idx} op {i}: operator {op.type!r} is not registered") from None
         if opdef.prepare is not None:
-            return opdef.prepare(self, op)
+            return self._fuse(opdef.prepare(self, op), frees)
         fn, attr_names, wants_need = opdef.kernel(self.backend)
         attrs = op.all_attrs()
-        kw = {}
-        for a in attr_names:
-            kw[a] = attrs[a] if a in attrs else opdef.attrs[a]
+        kw = {a: attrs[a] if a in attrs else opdef.attrs[a] for a in attr_names}
         nnb = no_need_buffer_inputs(op)
-        readers = []
+        ins, simple = [], True
         for slot in opdef.inputs:
             names = op.inputs.get(slot.name) or []
             if slot.duplicable:
-                readers.append(_read_list([self.tensor(n) for n in names]))
+                ins.append(_read_list([self.tensor(n) for n in names]))
+                simple = False
             elif not names:
-                readers.append(_none)
+                ins.append(_NO_TENSOR)
             elif names[0] in nnb:
-                readers.append(_read_nnb(self.tensor(names[0])))
+                ins.append(_read_nnb(self.tensor(names[0])))
+                simple = False
             else:
-                readers.append(_read_plain(self.tensor(names[0])))
+                ins.append(self.tensor(names[0]))
+        if not simple:
+            ins = [r if callable(r) else _read_plain(r) for r in ins]
         outs = []
         for slot in opdef.outputs:
             names = op.outputs.get(slot.name) or []
@@ -107,26 +170,22 @@ class PreparedBlock:
                 outs.append(self.tensor(names[0]) if names else None)
         if wants_need:
             kw["need"] = tuple(o is not None for o in outs)
-        return self._runner(fn, readers, outs, kw, len(opdef.outputs) == 1)
+        plain = tuple(t for n, t in frees if n not in self.keep_meta)
+        meta = tuple(t for n, t in frees if n in self.keep_meta)
+        return _runner(fn, ins, simple, outs, kw, len(opdef.outputs) == 1, self.memory, plain, meta)
 
-    def _runner(self, fn, readers, outs, kw, single):
+    def _fuse(self, run, frees):
+        """Wrap a prepared control-flow runner with its frees."""
+        if not frees:
+            return run
+        plain = tuple(t for n, t in frees if n not in self.keep_meta)
+        meta = tuple(t for n, t in frees if n in self.keep_meta)
         mem = self.memory
-        out_list = tuple((o, isinstance(o, list)) for o in outs)
 
-        def run():
-            res = fn(*[r() for r in readers], **kw)
-            if single:
-                res = (res,)
-            for (o, many), r in zip(out_list, res):
-                if o is None or r is None:
-                    continue
-                for t, a in (zip(o, r) if many else ((o, r),)):
-                    old = t._array
-                    t._array = a
-                    mem.live += a.nbytes - (old.nbytes if old is not None else 0)
-            if mem.live > mem.peak:
-                mem.peak = mem.live
-        return run
+        def run_and_free():
+            run()
+            _free(mem, plain, meta)
+        return run_and_free
 
     # ---- running --------------------------------------------------------
     def live_bytes(self):
@@ -142,13 +201,19 @@ class PreparedBlock:
             if gc is None:
                 for step in self.steps:
                     step[0]()
+            elif self.fused is not None:
+                for i, run in enumerate(self.fused):
+                    run()
             else:
+                add = gc.free if gc.threshold <= 0 else gc.add
                 for step in self.steps:
                     step[0]()
                     if step[1]:
-                        gc.add(step[1])
+                        add(step[1])
                 gc.flush()
         except Exception as exc:
+            if self.fused is not None and step is None:
+                step = self.steps[i]
             raise self._op_error(step, exc) from exc
 
     def _op_error(self, step, exc):

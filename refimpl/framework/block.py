@@ -110,11 +110,12 @@ class Block:
 
     # ---- ops ----------------------------------------------------------
     def _make_op(self, type, inputs, outputs, attrs, fill_proto=True):
+        from .program import current_device
         prog = self.program
         attrs = dict(attrs or {})
         op = Operator(self, type, inputs, outputs, attrs, fill_proto=fill_proto)
         common = {OP_ROLE_ATTR: prog._op_role, OP_ROLE_VAR_ATTR: list(prog._op_role_var),
-                  OP_NAMESCOPE_ATTR: prog._name_scope_path(), OP_DEVICE_ATTR: prog._current_device}
+                  OP_NAMESCOPE_ATTR: prog._name_scope_path(), OP_DEVICE_ATTR: current_device()}
         for k, v in common.items():
             if k not in attrs:
                 op._attrs[k] = v

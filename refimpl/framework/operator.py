@@ -7,6 +7,8 @@ present (unused optional ones as ``[]``); output slots are the given ones;
 proto attrs are filled with their defaults, plus the common attrs
 ``op_role``, ``op_role_var``, ``op_namescope`` and ``op_device``.
 """
+import numpy as np
+
 from refimpl.core.errors import InvalidArgument, NotFound
 from refimpl.ops.registry import get_op_def
 
@@ -49,7 +51,7 @@ class Operator:
         if fill_proto:
             self._attrs.update(opdef.attrs)
         for k, v in (attrs or {}).items():
-            self._attrs[k] = v
+            self._attrs[k] = _typed(opdef, k, v)
 
     # ---- slots --------------------------------------------------------
     def input(self, slot):
@@ -110,7 +112,7 @@ class Operator:
         return name in self._attrs
 
     def _set_attr(self, name, value):
-        self._attrs[name] = value
+        self._attrs[name] = _typed(get_op_def(self.type), name, value)
         self._changed()
 
     def _remove_attr(self, name):
@@ -149,6 +151,14 @@ class Operator:
 
     def role(self):
         return self._attrs.get(OP_ROLE_ATTR, 0)
+
+
+def _typed(opdef, name, value):
+    """Store a FLOAT attr as Paddle does: rounded to float32 (0.1 -> 0.10000000149011612)."""
+    default = opdef.attrs.get(name)
+    if isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(np.float32(value))
+    return value
 
 
 def _fmt_attr(v):

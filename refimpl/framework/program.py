@@ -25,7 +25,6 @@ class Program:
         self._version = 0
         self._op_role = OpRole.Forward
         self._op_role_var = []
-        self._current_device = ""
         self._name_scopes = []
         self._name_scope_counts = {}
 
@@ -186,15 +185,23 @@ def name_scope(prefix):
         yield
 
 
+_current_device = ""
+
+
+def current_device():
+    """The device set by the innermost ``device_guard`` ("" when none)."""
+    return _current_device
+
+
 @contextlib.contextmanager
 def device_guard(device=None):
-    prog = default_main_program()
-    old = prog._current_device
-    prog._current_device = device or ""
+    """Ops appended inside get ``op_device = device`` (any program, as in Paddle)."""
+    global _current_device
+    old, _current_device = _current_device, device or ""
     try:
         yield
     finally:
-        prog._current_device = old
+        _current_device = old
 
 
 def op_role_of(op):

@@ -1,10 +1,14 @@
-"""Activation ops: relu, tanh, sigmoid, gelu, softmax, square, exp, log, sqrt.
+"""Activation ops: relu, tanh, sigmoid, gelu, softmax, square, exp, log, sqrt,
+and silu, leaky_relu, logsigmoid, pow, reciprocal, hard_sigmoid.
 
 Each mirrors the Paddle op of the same name and its ``*_grad`` op with
-Paddle's grad slots: relu/tanh/sigmoid/exp/sqrt/softmax grads read ``Out``
-and ``Out@GRAD``; gelu/square/log grads read ``X`` and ``Out@GRAD``. The
-in-place pairs are Paddle's (``Out`` may reuse ``X``; ``X@GRAD`` may reuse
-``Out@GRAD``), except gelu, gelu_grad and softmax_grad, which have none.
+Paddle's grad slots: relu/tanh/sigmoid/exp/sqrt/softmax/reciprocal/
+hard_sigmoid grads read ``Out`` and ``Out@GRAD``; gelu/square/log/leaky_relu/
+logsigmoid grads read ``X`` and ``Out@GRAD``; silu_grad reads X, Out and
+Out@GRAD; pow_grad reads X, FactorTensor and Out@GRAD. The in-place pairs
+are Paddle's (``Out`` may reuse ``X``, ``X@GRAD`` may reuse ``Out@GRAD``);
+gelu, logsigmoid and hard_sigmoid have no forward pair, gelu_grad and
+softmax_grad none either.
 
 Differences from Paddle: ``gelu`` (exact form) is computed in float64 with
 the erf below and cast back, where Paddle uses float32 ``erf``; results agree
@@ -65,11 +69,15 @@ def erf(x):
 
 # ---- registration helper ----------------------------------------------------
 def _register_unary(name, fwd, grad_kernel, reads, attrs=None, inplace=True, grad_inplace=True):
-    """Register ``name`` (X -> Out) and ``name_grad`` ([reads, Out@GRAD] -> X@GRAD)."""
+    """Register ``name`` (X -> Out) and ``name_grad`` ([*reads, Out@GRAD] -> X@GRAD).
+
+    ``reads`` is the forward slot the grad op reads ("X" or "Out"), or a tuple of both.
+    """
     attrs = attrs or {}
     gname = name + "_grad"
-    ins = [reads, "Out@GRAD"]
-    register_op(gname, ins, ["X@GRAD"], attrs, infer_shape=grads_like(**{"X@GRAD": reads}),
+    reads = (reads,) if isinstance(reads, str) else tuple(reads)
+    ins = [*reads, "Out@GRAD"]
+    register_op(gname, ins, ["X@GRAD"], attrs, infer_shape=grads_like(**{"X@GRAD": reads[0]}),
                 inplace={"X@GRAD": "Out@GRAD"} if grad_inplace else None)(grad_kernel)
     register_op(name, ["X"], ["Out"], attrs, infer_shape=same_as("X", "Out"),
                 grad=simple_grad(gname, ins, ["X@GRAD"]),
@@ -199,3 +207,79 @@ def softmax_grad(Out, dOut, *, axis):
 
 
 _register_unary("softmax", softmax, softmax_grad, "Out", {"axis": -1}, grad_inplace=False)
+
+
+# ---- silu, leaky_relu, logsigmoid, reciprocal, hard_sigmoid ----------------------
+def silu(X):
+    return X * sigmoid(X)
+
+
+def silu_grad(X, Out, dOut):
+    sig = sigmoid(X)
+    return dOut * sig * (1 + X * (1 - sig))
+
+
+def leaky_relu(X, *, alpha):
+    return np.where(X > 0, X, X * X.dtype.type(alpha))
+
+
+def leaky_relu_grad(X, dOut, *, alpha):
+    return np.where(X > 0, dOut, dOut * dOut.dtype.type(alpha))
+
+
+def logsigmoid(X):
+    """log(sigmoid(x)) = -(max(-x, 0) + log(exp(-max(-x, 0)) + exp(-x - max(-x, 0))))."""
+    t = np.maximum(-X, 0)
+    return -t - np.log(np.exp(-t) + np.exp(-X - t))
+
+
+def logsigmoid_grad(X, dOut):
+    return dOut * sigmoid(-X)
+
+
+def reciprocal(X):
+    with np.errstate(divide="ignore"):
+        return 1 / X
+
+
+def reciprocal_grad(Out, dOut):
+    return -dOut * Out * Out
+
+
+def hard_sigmoid(X, *, slope, offset):
+    return np.clip(X * X.dtype.type(slope) + X.dtype.type(offset), 0, 1)
+
+
+def hard_sigmoid_grad(Out, dOut, *, slope, offset):
+    return np.where((Out > 0) & (Out < 1), dOut * dOut.dtype.type(slope), 0)
+
+
+_register_unary("silu", silu, silu_grad, ("X", "Out"))
+_register_unary("leaky_relu", leaky_relu, leaky_relu_grad, "X", {"alpha": float(np.float32(0.02))})
+_register_unary("logsigmoid", logsigmoid, logsigmoid_grad, "X", inplace=False)
+_register_unary("reciprocal", reciprocal, reciprocal_grad, "Out")
+_register_unary("hard_sigmoid", hard_sigmoid, hard_sigmoid_grad, "Out",
+                {"slope": float(np.float32(0.2)), "offset": 0.5}, inplace=False)
+
+
+# ---- pow ------------------------------------------------------------------------
+def _factor(FactorTensor, factor, dtype):
+    if FactorTensor is not None:
+        factor = np.asarray(FactorTensor).reshape(-1)[0]
+    return dtype.type(factor)
+
+
+@register_op("pow_grad", ["X", "FactorTensor?", "Out@GRAD"], ["X@GRAD"], {"factor": 1.0},
+             infer_shape=grads_like(**{"X@GRAD": "X"}), inplace={"X@GRAD": "Out@GRAD"})
+def pow_grad(X, FactorTensor, dOut, *, factor):
+    f = _factor(FactorTensor, factor, X.dtype)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return dOut * f * np.power(X, f - 1)
+
+
+@register_op("pow", ["X", "FactorTensor?"], ["Out"], {"factor": 1.0},
+             infer_shape=same_as("X", "Out"), inplace={"Out": "X"},
+             grad=simple_grad("pow_grad", ["X", "FactorTensor", "Out@GRAD"], ["X@GRAD"]))
+def pow_op(X, FactorTensor, *, factor):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.power(X, _factor(FactorTensor, factor, X.dtype))

@@ -36,7 +36,7 @@ def _prepare_conditional_block(ctx, op):
 
 
 register_op("conditional_block", ["Cond*", "Input*"], ["Out*", "Scope"],
-            {"sub_block": None, "is_scalar_condition": False, "skip_eager_deletion_vars": []},
+            {"sub_block": None, "is_scalar_condition": False},
             prepare=_prepare_conditional_block)
 
 

@@ -10,7 +10,7 @@ each update op under role Optimize with ``op_role_var = [param, grad]``.
 """
 from refimpl.core.errors import InvalidArgument
 from refimpl.framework import unique_name
-from refimpl.framework.program import default_main_program, default_startup_program, program_guard
+from refimpl.framework.program import default_main_program, default_startup_program, device_guard, program_guard
 from refimpl.framework.variable import Variable
 from refimpl.nn.initializer import Constant
 from refimpl.static.backward import append_backward
@@ -65,14 +65,15 @@ class Optimizer:
         return self._global_learning_rate()
 
     # ---- accumulators -----------------------------------------------------
-    def _add_accumulator(self, name, param, fill_value=0.0, shape=None, dtype=None):
+    def _add_accumulator(self, name, param, fill_value=0.0, shape=None, dtype=None, device=None):
         key = (name, param.name)
         if key in self._accumulators:
             return self._accumulators[key]
         var = self.helper.create_global_variable(
             name=unique_name.generate(f"{param.name}_{name}"), persistable=True,
             dtype=dtype or param.dtype, shape=list(param.shape) if shape is None else shape)
-        self.helper.set_variable_initializer(var, Constant(float(fill_value)))
+        with device_guard(device):
+            self.helper.set_variable_initializer(var, Constant(float(fill_value)))
         self._accumulators[key] = var
         return var
 

@@ -65,8 +65,10 @@ class Adam(Optimizer):
         for p in params:
             self._add_accumulator("moment1", p)
             self._add_accumulator("moment2", p)
-            self._add_accumulator("beta1_pow_acc", p, fill_value=self._beta1, shape=[1], dtype="float32")
-            self._add_accumulator("beta2_pow_acc", p, fill_value=self._beta2, shape=[1], dtype="float32")
+            self._add_accumulator("beta1_pow_acc", p, fill_value=self._beta1, shape=[1], dtype="float32",
+                                  device="cpu")
+            self._add_accumulator("beta2_pow_acc", p, fill_value=self._beta2, shape=[1], dtype="float32",
+                                  device="cpu")
 
     def _attrs(self, p):
         return {"lazy_mode": self._lazy_mode, "min_row_size_to_use_multithread": 1000,

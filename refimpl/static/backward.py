@@ -79,7 +79,9 @@ def addup_repetitive_outputs(descs, block_idx):
                     _rename(descs, n, first, start[n], idx)
                     for p, _ in pending:
                         _rename([p], n, first, 0, 1)
-                    names = d["outputs"][slot]
+                    for earlier in list(d["outputs"])[:list(d["outputs"]).index(slot)]:
+                        d["outputs"][earlier] = [first if x == n else x for x in d["outputs"][earlier]]
+                    names = [first if x == n else x for x in names[:k]] + names[k:]
                 new = f"{n}@RENAME@block{block_idx}@{count.get(n, 0)}"
                 count[n] = count.get(n, 0) + 1
                 names[k] = new

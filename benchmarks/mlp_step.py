@@ -1,0 +1,114 @@
+"""Benchmark: one training step of an MLP, refimpl's executor vs hand-written NumPy.
+
+The model: ``layers`` fc layers (relu between them), loss = mean(square(y)),
+SGD. The baseline is the same step written directly in NumPy (forward,
+backward, in-place SGD), measured in the same run. Printed per size: ms per
+step for both, the ratio, the interpreter overhead per op in µs, and the
+step time with GC off (FLAGS_eager_delete_tensor_gb=-1) vs on.
+
+    python benchmarks/mlp_step.py            # all sizes
+    python benchmarks/mlp_step.py --quick    # fewer repeats
+"""
+import argparse
+import time
+
+import numpy as np
+
+import refimpl as paddle
+
+SIZES = {  # name: (input dim, hidden, layers, batch)
+    "tiny": (16, 16, 4, 4),
+    "medium": (784, 1024, 3, 64),
+    "large": (1024, 4096, 2, 256),
+}
+
+
+def build(din, hidden, layers):
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        h = x = paddle.static.data("x", [None, din], "float32")
+        for i in range(layers):
+            h = paddle.static.nn.fc(h, hidden, activation="relu" if i < layers - 1 else None)
+        loss = paddle.mean(paddle.square(h))
+        paddle.optimizer.SGD(learning_rate=0.01).minimize(loss)
+    return main, startup, loss, x
+
+
+def numpy_step(params, x, lr):
+    """The floor: the same training step, hand-written."""
+    hs, acts = [x], []
+    h = x
+    n = len(params)
+    for i, (w, b) in enumerate(params):
+        a = h @ w + b
+        acts.append(a)
+        h = np.maximum(a, 0) if i < n - 1 else a
+        hs.append(h)
+    loss = np.mean(h * h)
+    d = h * np.float32(2.0 / h.size)
+    for i in range(n - 1, -1, -1):
+        w, b = params[i]
+        db = d.sum(axis=0)
+        dw = hs[i].T @ d
+        if i > 0:
+            d = (d @ w.T) * (acts[i - 1] > 0)
+        w -= lr * dw
+        b -= lr * db
+    return loss
+
+
+def best_of(fn, steps, repeats):
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / steps)
+    return best
+
+
+def bench(name, quick):
+    din, hidden, layers, batch = SIZES[name]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, din)).astype("float32")
+    main, startup, loss, xv = build(din, hidden, layers)
+    steps = {"tiny": 2000, "medium": 20, "large": 5}[name] // (4 if quick else 1)
+    repeats = 3 if quick else 7
+    results = {}
+    for gc in (0.0, -1.0):
+        paddle.set_flags({"FLAGS_eager_delete_tensor_gb": gc})
+        scope = paddle.static.Scope()
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup, scope=scope)
+        exe.run(main, feed={"x": x}, fetch_list=[loss], scope=scope)  # prepare + warm up
+        results[gc] = best_of(lambda: exe.run(main, feed={"x": x}, fetch_list=[loss], scope=scope),
+                              steps, repeats)
+    paddle.set_flags({"FLAGS_eager_delete_tensor_gb": 0.0})
+    params = []
+    for i in range(layers):
+        k = din if i == 0 else hidden
+        params.append((rng.standard_normal((k, hidden)).astype("float32") * np.float32(0.05),
+                       np.zeros(hidden, "float32")))
+    lr = np.float32(0.01)
+    t_np = best_of(lambda: numpy_step(params, x, lr), steps, repeats)
+    n_ops = len(main.global_block().ops)
+    t_on, t_off = results[0.0], results[-1.0]
+    print(f"{name:7s} {din}-{hidden}x{layers} batch {batch:3d}: refimpl {t_on * 1e3:8.3f} ms  "
+          f"numpy {t_np * 1e3:8.3f} ms  ratio {t_on / t_np:5.2f}  "
+          f"overhead {(t_on - t_np) / n_ops * 1e6:6.2f} us/op ({n_ops} ops)  "
+          f"GC off {t_off * 1e3:8.3f} ms (on/off {t_on / t_off:5.3f})")
+    return t_on, t_np, t_off
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("sizes", nargs="*", default=list(SIZES))
+    args = p.parse_args()
+    print("reference: Paddle 3.3.1's CPU executor takes 0.81 ms on the tiny step, the NumPy floor 0.08 ms")
+    for name in args.sizes:
+        bench(name, args.quick)
+
+
+if __name__ == "__main__":
+    main()

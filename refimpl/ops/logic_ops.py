@@ -1,0 +1,63 @@
+"""Comparison and counter ops: equal, less_than, logical_not, increment.
+
+Each mirrors the Paddle op of the same name. ``equal`` and ``less_than``
+broadcast like the elementwise ops (``axis`` aligns a lower-rank Y with X's
+dim ``axis``; -1 is trailing alignment) and output bool; ``force_cpu`` is
+accepted and has no effect. ``logical_not`` outputs bool. ``increment`` adds
+``step`` to a one-element tensor and keeps its dtype (Paddle requires exactly
+one element, and so does this). The comparisons and logical_not have no
+gradient; increment's "grad" is, as in Paddle, the inverse increment
+(``Out -> X`` with ``-step``), emitted whatever the no-grad set.
+"""
+import numpy as np
+
+from refimpl.core.errors import InvalidArgument
+
+from .common import align_y, broadcast_shape, first
+from .registry import register_op
+
+
+def _compare_infer(ins, attrs):
+    (xs, _), (ys, _) = first(ins, "X"), first(ins, "Y")
+    return {"Out": (broadcast_shape(xs, align_y(ys, len(xs), attrs["axis"])), "bool")}
+
+
+def _register_compare(name, fn):
+    @register_op(name, ["X", "Y"], ["Out"], {"axis": -1, "force_cpu": False},
+                 infer_shape=_compare_infer)
+    def kernel(X, Y, *, axis):
+        X, Y = np.asarray(X), np.asarray(Y)
+        if axis != -1 and Y.ndim < X.ndim:
+            Y = Y.reshape(align_y(Y.shape, X.ndim, axis))
+        try:
+            return fn(X, Y)
+        except ValueError:
+            raise InvalidArgument(f"{name}: shapes {list(X.shape)} and {list(Y.shape)} "
+                                  f"do not broadcast (axis={axis})") from None
+    kernel.__name__ = name
+    return kernel
+
+
+equal = _register_compare("equal", np.equal)
+less_than = _register_compare("less_than", np.less)
+
+
+@register_op("logical_not", ["X"], ["Out"], {},
+             infer_shape=lambda ins, attrs: {"Out": (tuple(first(ins, "X")[0]), "bool")},
+             inplace={"Out": "X"})
+def logical_not(X):
+    return np.logical_not(X)
+
+
+def _increment_grad_maker(g):
+    return [g.op("increment", {"X": g.output("Out")}, {"Out": g.input("X")},
+                 g.attrs(step=-g.attrs()["step"]))]
+
+
+@register_op("increment", ["X"], ["Out"], {"step": 1.0},
+             infer_shape=lambda ins, attrs: {"Out": first(ins, "X")}, grad=_increment_grad_maker)
+def increment(X, *, step):
+    X = np.asarray(X)
+    if X.size != 1:
+        raise InvalidArgument(f"increment: X must have exactly one element, got shape {list(X.shape)}")
+    return X + X.dtype.type(step)

@@ -1,0 +1,139 @@
+"""Normalisation and regularisation ops: layer_norm and dropout (+ grads).
+
+``layer_norm`` mirrors Paddle's op: X, Scale?, Bias? -> Y, Mean, Variance,
+normalising over the dims from ``begin_norm_axis`` on; Mean and Variance
+are shaped like X's leading dims (``x.shape[:begin_norm_axis]``, as Paddle
+3.3.1 gives them; ``[N]`` for a 2-D X). ``layer_norm_grad`` reads X, Scale,
+Bias (no need buffer: only its shape), Mean, Variance and Y@GRAD.
+
+``dropout`` mirrors Paddle's op: X, Seed? -> Out, Mask (uint8, 1 = kept);
+an element is dropped when a uniform draw is below ``dropout_prob``.
+``downgrade_in_infer`` leaves kept values as they are in training and scales
+by ``1 - p`` at test time; ``upscale_in_train`` divides kept values by
+``1 - p`` in training and is the identity at test time. With ``is_test``
+Mask is not written (as in Paddle) and ``dropout_grad`` does not read it.
+The grad op reads Mask and Out@GRAD.
+
+Differences from Paddle: the random draws come from NumPy
+(``refimpl.core.random``; a ``Seed`` input seeds its own generator), so the
+masks differ from Paddle's for the same seed. Paddle's extra attrs ``seed``
+and ``fix_seed`` are not proto attrs and are not declared here.
+"""
+import functools
+import operator
+
+import numpy as np
+
+from refimpl.core.random import generator_for
+
+from .common import first, grads_like
+from .grad_maker import simple_grad
+from .registry import register_op
+
+_prod = functools.partial(functools.reduce, operator.mul)
+
+
+def _f32(v):
+    """A float attr default as Paddle stores it (float32, read back as a Python float)."""
+    return float(np.float32(v))
+
+
+# ---- layer_norm -------------------------------------------------------------
+_LN_ATTRS = {"epsilon": _f32(1e-5), "begin_norm_axis": 1}
+
+
+def _ln_infer(ins, attrs):
+    shape, dt = first(ins, "X")
+    lead = tuple(shape[:attrs["begin_norm_axis"]])
+    return {"Y": (tuple(shape), dt), "Mean": (lead, dt), "Variance": (lead, dt)}
+
+
+def _rows(a, begin_norm_axis):
+    """``a`` as a 2-D [left, right] matrix (a view)."""
+    return a.reshape(_prod(a.shape[:begin_norm_axis], 1), -1)
+
+
+@register_op("layer_norm", ["X", "Scale?", "Bias?"], ["Y", "Mean", "Variance"], _LN_ATTRS,
+             infer_shape=_ln_infer,
+             grad=simple_grad("layer_norm_grad", ["X", "Scale", "Bias", "Mean", "Variance", "Y@GRAD"],
+                              ["X@GRAD", "Scale@GRAD", "Bias@GRAD"]))
+def layer_norm(X, Scale, Bias, *, epsilon, begin_norm_axis):
+    x = _rows(X, begin_norm_axis)
+    mean = x.mean(axis=1)
+    y = x - mean[:, None]
+    var = (y * y).mean(axis=1)
+    y *= (1 / np.sqrt(var + X.dtype.type(epsilon)))[:, None]
+    if Scale is not None:
+        y *= Scale.reshape(-1)
+    if Bias is not None:
+        y += Bias.reshape(-1)
+    lead = X.shape[:begin_norm_axis]
+    return y.reshape(X.shape), mean.reshape(lead), var.reshape(lead)
+
+
+def _ln_grad_infer(ins, attrs):
+    return grads_like(**{"X@GRAD": "X", "Scale@GRAD": "Scale", "Bias@GRAD": "Bias"})(ins, attrs)
+
+
+@register_op("layer_norm_grad", ["X", "Scale?", "Bias?", "Mean", "Variance", "Y@GRAD"],
+             ["X@GRAD", "Scale@GRAD", "Bias@GRAD"], _LN_ATTRS, infer_shape=_ln_grad_infer,
+             no_need_buffer=["Bias"])
+def layer_norm_grad(X, Scale, Bias, Mean, Variance, dY, *, epsilon, begin_norm_axis, need):
+    """Bias may be a shape-only meta (no need buffer): only Bias.shape is read."""
+    x, dy = _rows(X, begin_norm_axis), _rows(dY, begin_norm_axis)
+    rstd = (1 / np.sqrt(Variance.reshape(-1) + X.dtype.type(epsilon)))[:, None]
+    xhat = (x - Mean.reshape(-1)[:, None]) * rstd
+    dx = dscale = dbias = None
+    if need[1] and Scale is not None:
+        dscale = (dy * xhat).sum(axis=0).reshape(Scale.shape)
+    if need[2] and Bias is not None:
+        dbias = dy.sum(axis=0).reshape(Bias.shape)
+    if need[0]:
+        g = dy * Scale.reshape(-1) if Scale is not None else dy
+        dx = g - g.mean(axis=1, keepdims=True) - xhat * (g * xhat).mean(axis=1, keepdims=True)
+        dx *= rstd
+        dx = dx.reshape(X.shape)
+    return dx, dscale, dbias
+
+
+# ---- dropout ------------------------------------------------------------------
+_DROPOUT_ATTRS = {"dropout_prob": 0.5, "is_test": False,
+                  "dropout_implementation": "downgrade_in_infer"}
+
+
+def _keep_scale(p, dtype):
+    """1 - p computed in the data type, as Paddle's kernels do."""
+    return dtype.type(1) - dtype.type(p)
+
+
+def _dropout_infer(ins, attrs):
+    shape, dt = first(ins, "X")
+    return {"Out": (tuple(shape), dt), "Mask": (tuple(shape), "uint8")}
+
+
+@register_op("dropout", ["X", "Seed?"], ["Out", "Mask"], _DROPOUT_ATTRS, infer_shape=_dropout_infer,
+             grad=simple_grad("dropout_grad", ["Mask", "Out@GRAD"], ["X@GRAD"]))
+def dropout(X, Seed, *, dropout_prob, is_test, dropout_implementation):
+    upscale = dropout_implementation == "upscale_in_train"
+    if is_test:
+        return (X.copy() if upscale else X * _keep_scale(dropout_prob, X.dtype)), None
+    seed = int(np.asarray(Seed).reshape(-1)[0]) if Seed is not None else 0
+    keep = generator_for(seed).random(X.shape) >= dropout_prob
+    out = X * keep
+    if upscale:
+        keep_p = _keep_scale(dropout_prob, X.dtype)
+        out = out / keep_p if keep_p > 0 else np.zeros_like(X)
+    return out, keep.astype(np.uint8)
+
+
+@register_op("dropout_grad", ["Mask", "Out@GRAD"], ["X@GRAD"], _DROPOUT_ATTRS,
+             infer_shape=grads_like(**{"X@GRAD": "Out@GRAD"}))
+def dropout_grad(Mask, dOut, *, dropout_prob, is_test, dropout_implementation):
+    upscale = dropout_implementation == "upscale_in_train"
+    keep_p = _keep_scale(dropout_prob, dOut.dtype)
+    if is_test:
+        return dOut.copy() if upscale else dOut * keep_p
+    dx = dOut * Mask
+    if upscale:
+        dx = dx / keep_p if keep_p > 0 else np.zeros_like(dOut)
+    return dx

@@ -1,0 +1,190 @@
+"""Optimizer ops: sgd, momentum, adam, adamw (dense gradients).
+
+Each mirrors the Paddle op of the same name (slots and attrs as Paddle's
+proto) and Paddle's CPU formulas, in the parameter's dtype:
+
+* sgd:      p -= lr * g
+* momentum: g' = g (+ coeff * p with "l2_decay");
+            v = mu * v + g'; p -= lr * v, or with Nesterov
+            p -= lr * (g' + mu * v). Like Paddle's CPU kernel, this ignores
+            ``rescale_grad`` (Paddle's GPU kernel multiplies g by it).
+* adam:     lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t);
+            m1 = b1 m1 + (1 - b1) g;  m2 = b2 m2 + (1 - b2) g^2;
+            p -= lr_t * m1 / (sqrt(m2) + eps * sqrt(1 - b2^t));
+            then b1^t *= b1, b2^t *= b2 (unless use_global_beta_pow).
+            amsgrad uses max(m2, Moment2Max) in the denominator.
+* adamw:    with_decay: p -= lr * lr_ratio * coeff * p first; then the
+            adam update with the plain lr (lr_ratio scales only the decay,
+            as in Paddle's CPU kernel).
+
+The kernels update Param, the accumulators and the beta pows IN PLACE and
+return those same arrays as the outputs (ParamOut, VelocityOut, ...), so a
+training step allocates no new persistent buffers. Difference from Paddle:
+if a program names a ParamOut var different from Param, both vars end up
+holding the one updated array. With ``MasterParam`` (multi_precision) the
+update runs on the master copy and Param receives its cast. SelectedRows
+(sparse) gradients and ``lazy_mode`` are not supported.
+"""
+import numpy as np
+
+from refimpl.core.errors import InvalidArgument
+
+from .common import first
+from .registry import register_op
+
+
+def _f32(v):
+    """A float attr default as Paddle stores it (float32, read back as a Python float)."""
+    return float(np.float32(v))
+
+
+def _scalar(t, dtype):
+    """Element 0 of a one-element tensor, as a scalar of ``dtype``."""
+    return dtype.type(np.asarray(t).reshape(-1)[0])
+
+
+def _target(Param, MasterParam, multi_precision):
+    return MasterParam if (multi_precision and MasterParam is not None) else Param
+
+
+def _sync_master(Param, target):
+    """After updating a master copy, cast it back into Param (in place)."""
+    if target is not Param:
+        Param[...] = target.astype(Param.dtype)
+
+
+def _same_shape(name, a, b):
+    if a.shape != b.shape:
+        raise InvalidArgument(f"{name}: Param shape {list(a.shape)} != Grad shape {list(b.shape)}")
+
+
+def _param_infer(*pairs):
+    """infer_shape: each output slot is shaped like an input slot."""
+    def infer(ins, attrs):
+        return {o: first(ins, i) for o, i in pairs if ins.get(i)}
+    return infer
+
+
+# ---- sgd ------------------------------------------------------------------
+@register_op("sgd", ["Param", "LearningRate", "Grad", "MasterParam?"], ["ParamOut", "MasterParamOut?"],
+             {"multi_precision": False},
+             infer_shape=_param_infer(("ParamOut", "Param"), ("MasterParamOut", "MasterParam")))
+def sgd(Param, LearningRate, Grad, MasterParam, *, multi_precision):
+    p = _target(Param, MasterParam, multi_precision)
+    _same_shape("sgd", p, Grad)
+    step = Grad * _scalar(LearningRate, p.dtype)
+    np.subtract(p, step, out=p)
+    _sync_master(Param, p)
+    return Param, (p if p is not Param else None)
+
+
+# ---- momentum -----------------------------------------------------------------
+@register_op("momentum", ["Param", "Grad", "Velocity", "LearningRate", "MasterParam?"],
+             ["ParamOut", "VelocityOut", "MasterParamOut?"],
+             {"mu": _f32(0.9), "use_nesterov": False, "regularization_method": "",
+              "regularization_coeff": 0.0, "multi_precision": False, "rescale_grad": 1.0},
+             infer_shape=_param_infer(("ParamOut", "Param"), ("VelocityOut", "Velocity"),
+                                      ("MasterParamOut", "MasterParam")))
+def momentum(Param, Grad, Velocity, LearningRate, MasterParam, *, mu, use_nesterov,
+             regularization_method, regularization_coeff, multi_precision, rescale_grad):
+    p = _target(Param, MasterParam, multi_precision)
+    _same_shape("momentum", p, Grad)
+    dt = p.dtype.type
+    g = Grad  # Paddle's CPU kernel ignores rescale_grad
+    if regularization_method == "l2_decay":
+        g = g + p * dt(regularization_coeff)
+    v = Velocity
+    np.multiply(v, dt(mu), out=v)
+    np.add(v, g, out=v)
+    lr = _scalar(LearningRate, p.dtype)
+    if use_nesterov:
+        step = v * dt(mu)
+        step += g
+        step *= lr
+    else:
+        step = v * lr
+    np.subtract(p, step, out=p)
+    _sync_master(Param, p)
+    return Param, v, (p if p is not Param else None)
+
+
+# ---- adam / adamw -----------------------------------------------------------------
+_ADAM_IN = ["Param", "Grad", "LearningRate", "Moment1", "Moment2", "Moment2Max?", "Beta1Pow",
+            "Beta2Pow", "MasterParam?", "SkipUpdate?", "Beta1Tensor?", "Beta2Tensor?",
+            "EpsilonTensor?"]
+_ADAM_OUT = ["ParamOut", "Moment1Out", "Moment2Out", "Moment2MaxOut?", "Beta1PowOut",
+             "Beta2PowOut", "MasterParamOut?"]
+_ADAM_ATTRS = {"beta1": _f32(0.9), "beta2": _f32(0.999), "epsilon": _f32(1e-8),
+               "lazy_mode": False, "min_row_size_to_use_multithread": 1000,
+               "multi_precision": False, "use_global_beta_pow": False, "amsgrad": False}
+_ADAMW_ATTRS = dict(_ADAM_ATTRS, lr_ratio=1.0, coeff=_f32(0.01), with_decay=False)
+_adam_infer = _param_infer(("ParamOut", "Param"), ("Moment1Out", "Moment1"), ("Moment2Out", "Moment2"),
+                           ("Moment2MaxOut", "Moment2Max"), ("Beta1PowOut", "Beta1Pow"),
+                           ("Beta2PowOut", "Beta2Pow"), ("MasterParamOut", "MasterParam"))
+
+
+def _adam_step(p, g, lr, m1, m2, m2max, b1pow, b2pow, beta1, beta2, eps):
+    """One in-place Adam update of ``p``, ``m1``, ``m2`` (and ``m2max``); Paddle's CPU order."""
+    dt = p.dtype.type
+    b1, b2 = dt(beta1), dt(beta2)
+    b1p, b2p = dt(b1pow.reshape(-1)[0]), dt(b2pow.reshape(-1)[0])
+    lr_t = dt(lr * np.sqrt(dt(1) - b2p) / (dt(1) - b1p))
+    eps_t = dt(eps) * np.sqrt(dt(1) - b2p)
+    np.multiply(m1, b1, out=m1)
+    m1 += g * (dt(1) - b1)
+    np.multiply(m2, b2, out=m2)
+    sq = g * (dt(1) - b2)
+    sq *= g
+    m2 += sq
+    if m2max is not None:
+        np.maximum(m2max, m2, out=m2max)
+    denom = np.sqrt(m2 if m2max is None else m2max, out=sq)
+    denom += eps_t
+    step = np.divide(m1, denom, out=denom)
+    step *= lr_t
+    np.subtract(p, step, out=p)
+
+
+def _adam_kernel(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow,
+                 MasterParam, SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, attrs, decay):
+    m2max = Moment2Max if attrs["amsgrad"] else None
+    outs = [Param, Moment1, Moment2, m2max, Beta1Pow, Beta2Pow, MasterParam]
+    if SkipUpdate is not None and bool(np.asarray(SkipUpdate).reshape(-1)[0]):
+        return tuple(outs)
+    p = _target(Param, MasterParam, attrs["multi_precision"])
+    _same_shape("adam", p, Grad)
+    dt = p.dtype
+    beta1 = _scalar(Beta1Tensor, dt) if Beta1Tensor is not None else dt.type(attrs["beta1"])
+    beta2 = _scalar(Beta2Tensor, dt) if Beta2Tensor is not None else dt.type(attrs["beta2"])
+    eps = _scalar(EpsilonTensor, dt) if EpsilonTensor is not None else dt.type(attrs["epsilon"])
+    lr = _scalar(LearningRate, dt)
+    if decay is not None and decay[1]:  # adamw: decoupled weight decay, then plain Adam
+        p -= p * (lr * dt.type(decay[0]) * dt.type(decay[1]))
+    _adam_step(p, Grad, lr, Moment1, Moment2, m2max, Beta1Pow, Beta2Pow, beta1, beta2, eps)
+    if not attrs["use_global_beta_pow"]:
+        np.multiply(Beta1Pow, Beta1Pow.dtype.type(beta1), out=Beta1Pow)
+        np.multiply(Beta2Pow, Beta2Pow.dtype.type(beta2), out=Beta2Pow)
+    _sync_master(Param, p)
+    outs[6] = p if p is not Param else None
+    return tuple(outs)
+
+
+@register_op("adam", _ADAM_IN, _ADAM_OUT, _ADAM_ATTRS, infer_shape=_adam_infer)
+def adam(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow, MasterParam,
+         SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, *, beta1, beta2, epsilon,
+         multi_precision, use_global_beta_pow, amsgrad):
+    attrs = dict(beta1=beta1, beta2=beta2, epsilon=epsilon, multi_precision=multi_precision,
+                 use_global_beta_pow=use_global_beta_pow, amsgrad=amsgrad)
+    return _adam_kernel(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow,
+                        MasterParam, SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, attrs, None)
+
+
+@register_op("adamw", _ADAM_IN, _ADAM_OUT, _ADAMW_ATTRS, infer_shape=_adam_infer)
+def adamw(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow, MasterParam,
+          SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, *, beta1, beta2, epsilon, lr_ratio,
+          coeff, with_decay, multi_precision, use_global_beta_pow, amsgrad):
+    attrs = dict(beta1=beta1, beta2=beta2, epsilon=epsilon, multi_precision=multi_precision,
+                 use_global_beta_pow=use_global_beta_pow, amsgrad=amsgrad)
+    decay = (lr_ratio, coeff if with_decay else 0.0)
+    return _adam_kernel(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow,
+                        MasterParam, SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, attrs, decay)
