@@ -10,7 +10,7 @@ from .core.dtypes import convert_dtype
 from .flags import get_flags, set_flags
 from . import framework, executor, static, tensor, nn, optimizer, incubate, utils
 from .framework import unique_name
-from .tensor import (add, cast, concat, divide, increment, matmul, mean, multiply, reshape, scale,
+from .tensor import (add, add_n, exp, log, pow, reciprocal, sqrt, cast, concat, divide, increment, matmul, mean, multiply, reshape, scale,
                      split, square, subtract, sum, transpose)
 
 __version__ = "0.1.0"

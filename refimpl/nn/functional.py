@@ -30,12 +30,15 @@ def dropout(x, p=0.5, axis=None, training=True, mode="upscale_in_train", name=No
         raise InvalidArgument(f"dropout: p must be in [0, 1], got {p}")
     if p == 0 and training:
         return x
+    impl = {"upscale_in_train": "upscale_in_train", "downscale_in_infer": "downgrade_in_infer"}.get(mode)
+    if impl is None:
+        raise InvalidArgument(f"dropout: mode must be 'upscale_in_train' or 'downscale_in_infer', got {mode!r}")
     helper = LayerHelper("dropout", name=name)
     out = helper.create_variable_for_type_inference(x.dtype)
     mask = helper.create_variable_for_type_inference("uint8", stop_gradient=True)
     helper.append_op(type="dropout", inputs={"X": [x]}, outputs={"Out": [out], "Mask": [mask]},
                      attrs={"dropout_prob": float(p), "is_test": not training,
-                            "dropout_implementation": mode})
+                            "dropout_implementation": impl})
     return out
 
 
@@ -60,3 +63,43 @@ def cross_entropy(input, label, weight=None, ignore_index=-100, reduction="mean"
     if reduction == "sum":
         return _sum(loss)
     return loss
+
+
+def silu(x, name=None):
+    return _unary("silu", x, name)
+
+
+def leaky_relu(x, negative_slope=0.01, name=None):
+    return _unary("leaky_relu", x, name, alpha=float(negative_slope))
+
+
+def log_sigmoid(x, name=None):
+    _var(x, "log_sigmoid")
+    helper = LayerHelper("log_sigmoid", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(type="logsigmoid", inputs={"X": x}, outputs={"Out": out})
+    return out
+
+
+def hardsigmoid(x, slope=0.1666667, offset=0.5, name=None):
+    _var(x, "hardsigmoid")
+    helper = LayerHelper("hardsigmoid", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(type="hard_sigmoid", inputs={"X": x}, outputs={"Out": out},
+                     attrs={"slope": slope, "offset": offset})
+    return out
+
+
+def linear(x, weight, bias=None, name=None):
+    """x @ weight (+ bias): ``matmul_v2`` then ``elementwise_add`` (helper ``linear``)."""
+    _var(x, "linear")
+    helper = LayerHelper("linear", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(type="matmul_v2", inputs={"X": x, "Y": weight}, outputs={"Out": out},
+                     attrs={"trans_x": False, "trans_y": False})
+    if bias is None:
+        return out
+    res = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(type="elementwise_add", inputs={"X": [out], "Y": [bias]}, outputs={"Out": [res]},
+                     attrs={"axis": -1})
+    return res

@@ -166,7 +166,14 @@ _register_elementwise("elementwise_div", np.divide, _div_grad, ["X", "Y", "Out",
 _register_elementwise("elementwise_mod", np.mod, None, None, [])
 _register_elementwise("elementwise_max", np.maximum, None, None, [])
 _register_elementwise("elementwise_min", np.minimum, None, None, [])
-_register_elementwise("elementwise_pow", np.power, None, None, [])
+def _pow_grad(X, Y, dOut, *, axis, need):
+    y = _y(X, Y, axis)
+    dx = reduce_to(dOut * y * np.power(X, y - 1), X.shape) if need[0] else None
+    dy = reduce_to(dOut * np.power(X, y) * np.log(X), y.shape).reshape(Y.shape) if need[1] else None
+    return dx, dy
+
+
+_register_elementwise("elementwise_pow", np.power, _pow_grad, ["X", "Y", "Out@GRAD"], [])
 
 
 # ---- scale and sum --------------------------------------------------------

@@ -116,7 +116,8 @@ def _dropout_infer(ins, attrs):
 def dropout(X, Seed, *, dropout_prob, is_test, dropout_implementation):
     upscale = dropout_implementation == "upscale_in_train"
     if is_test:
-        return (X.copy() if upscale else X * _keep_scale(dropout_prob, X.dtype)), None
+        # no mask is drawn in test mode; an empty one keeps the var "written" as in Paddle
+        return (X.copy() if upscale else X * _keep_scale(dropout_prob, X.dtype)), np.empty((0,), np.uint8)
     seed = int(np.asarray(Seed).reshape(-1)[0]) if Seed is not None else 0
     keep = generator_for(seed).random(X.shape) >= dropout_prob
     out = X * keep

@@ -61,30 +61,24 @@ class ExponentialDecay(LRScheduler):
 
 
 def exponential_decay(learning_rate, decay_steps, decay_rate, staircase=False):
-    """In-graph exponential decay (ops with the LRSched role); returns the lr Variable."""
+    """In-graph exponential decay: ``lr * decay_rate ** (step / decay_steps)``.
+
+    Appends ops with the LRSched role (an ``increment`` of the persistable
+    counter ``@LR_DECAY_COUNTER@`` prepended to the program, then ``cast``,
+    ``scale``, ``elementwise_pow``, ``scale``) and returns the lr Variable.
+    """
     from refimpl.framework.program import default_main_program
     from refimpl.static.input import create_global_var
     from refimpl.tensor.manipulation import cast
-    from refimpl.tensor.math import increment
     if decay_steps <= 0:
         raise InvalidArgument(f"exponential_decay: decay_steps must be > 0, got {decay_steps}")
+    if staircase:
+        raise InvalidArgument("exponential_decay: staircase=True is not supported")
     main = default_main_program()
     with main._lr_schedule_guard():
-        counter = create_global_var([1], -1.0, "int64", persistable=True, name="@LR_DECAY_COUNTER@")
-        block = main.global_block()
-        block._prepend_op(type="increment", inputs={"X": [counter]}, outputs={"Out": [counter]},
-                          attrs={"step": 1.0})
+        counter = create_global_var([1], -1, "int64", persistable=True, force_cpu=True,
+                                    name="@LR_DECAY_COUNTER@")
+        main.global_block()._prepend_op(type="increment", inputs={"X": [counter]},
+                                        outputs={"Out": [counter]}, attrs={"step": 1.0})
         step = cast(counter, "float32")
-        div = step * (1.0 / decay_steps)
-        if staircase:
-            raise InvalidArgument("exponential_decay: staircase=True is not supported")
-        from refimpl.static.layer_helper import LayerHelper
-        helper = LayerHelper("exponential_decay")
-        rate = create_global_var([1], decay_rate, "float32")
-        powed = helper.create_variable_for_type_inference("float32")
-        block.append_op(type="elementwise_pow", inputs={"X": [rate], "Y": [div]},
-                        outputs={"Out": [powed]}, attrs={"axis": -1})
-        return powed * float(learning_rate)
-
-
-_ = math
+        return float(learning_rate) * (float(decay_rate) ** (step * (1.0 / decay_steps)))

@@ -98,3 +98,52 @@ def increment(x, value=1.0, name=None):
     x.block.program.current_block().append_op(type="increment", inputs={"X": [x]},
                                               outputs={"Out": [x]}, attrs={"step": float(value)})
     return x
+
+
+def add_n(inputs, name=None):
+    xs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    for v in xs:
+        _var(v, "add_n")
+    helper = LayerHelper("add_n", name=name)
+    out = helper.create_variable_for_type_inference(xs[0].dtype)
+    helper.append_op(type="sum", inputs={"X": xs}, outputs={"Out": out})
+    return out
+
+
+def pow(x, y, name=None):
+    """x ** y: op ``pow`` for a number y, ``elementwise_pow`` for a Variable."""
+    if isinstance(y, (int, float)):
+        _var(x, "pow")
+        helper = LayerHelper("pow", name=name)
+        out = helper.create_variable_for_type_inference(x.dtype)
+        helper.append_op(type="pow", inputs={"X": x}, outputs={"Out": out}, attrs={"factor": float(y)})
+        return out
+    return binary("elementwise_pow", x, y)
+
+
+def reciprocal(x, name=None):
+    return _unary("reciprocal", x, name)
+
+
+def exp(x, name=None):
+    return _unary("exp", x, name)
+
+
+def log(x, name=None):
+    return _unary("log", x, name)
+
+
+def sqrt(x, name=None):
+    return _unary("sqrt", x, name)
+
+
+def constant_like(x, value, shape):
+    """A ``fill_constant`` var (named ``tmp_k``) holding ``value``, as math_op_patch makes for scalars."""
+    from refimpl.core.dtypes import to_vartype
+    out = _tmp_like(x)
+    out.shape = tuple(shape)
+    x.block.program.current_block().append_op(
+        type="fill_constant", outputs={"Out": [out]},
+        attrs={"shape": list(shape), "dtype": to_vartype(x.dtype), "value": float(value),
+               "force_cpu": False})
+    return out

@@ -7,7 +7,7 @@ Unlike Paddle, ``==`` keeps Python identity semantics.
 """
 from refimpl.framework.variable import Variable
 
-from .math import binary, scale
+from .math import binary, constant_like, scale
 
 
 def _number(v):
@@ -31,3 +31,19 @@ Variable.__mul__ = Variable.__rmul__ = _make("elementwise_mul", lambda x, c: sca
 Variable.__truediv__ = _make("elementwise_div", lambda x, c: scale(x, 1.0 / c))
 Variable.__neg__ = lambda self: scale(self, -1.0)
 Variable.__matmul__ = lambda self, other: binary("matmul_v2", self, other, {"trans_x": False, "trans_y": False})
+
+
+def _pow(self, other):
+    if _number(other):
+        other = constant_like(self, other, [])
+    return binary("elementwise_pow", self, other)
+
+
+def _rpow(self, other):
+    if not _number(other):
+        return NotImplemented
+    return binary("elementwise_pow", constant_like(self, other, [1]), self)
+
+
+Variable.__pow__ = _pow
+Variable.__rpow__ = _rpow

@@ -1,0 +1,368 @@
+"""Numeric tests of the NumPy kernels: activation, loss, manipulation, creation,
+nn, logic and optimizer ops.
+
+* every op with a grad: a central-difference gradient check in float64, run
+  through the op's registered grad maker and grad kernels (no-need-buffer
+  inputs are handed over as shape-only metas, as the executor does);
+* every op: a forward check against plain NumPy;
+* constants named ``PADDLE_*`` were computed independently with Paddle 3.3.1
+  (CPU, legacy static graph, FLAGS_enable_pir_api=0) by running the op on the
+  same inputs; Paddle itself is not imported here.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import refimpl.ops  # noqa: F401  (registers the ops)
+from refimpl.core import random as rrandom
+from refimpl.core.errors import InvalidArgument
+from refimpl.core.tensor import TensorMeta
+from refimpl.ops import get_op_def
+from refimpl.ops.grad_maker import make_grad_op_descs
+from refimpl.ops.registry import EMPTY_VAR_NAME
+
+
+def run(op_type, *inputs, need=None, **attrs):
+    """Call the registered NumPy kernel: positional inputs in slot order, attrs by keyword."""
+    od = get_op_def(op_type)
+    fn, attr_names, wants_need = od.kernel("numpy")
+    kw = {a: attrs.get(a, od.attrs[a]) for a in attr_names}
+    if wants_need:
+        kw["need"] = need or (True,) * len(od.outputs)
+    return fn(*inputs, **kw)
+
+
+def _as_tuple(od, res):
+    return res if len(od.outputs) > 1 else (res,)
+
+
+def _lookup(env, name):
+    if name in env:
+        return env[name]
+    base = name[:-len("@GRAD")]  # a missing output grad: zeros, as Paddle's fill_any_like
+    return np.zeros_like(env[base])
+
+
+def run_desc(d, env):
+    """Run one grad op desc on the named values in ``env`` (like an executor would)."""
+    god = get_op_def(d["type"])
+    args = []
+    for s in god.inputs:
+        vals = [_lookup(env, n) for n in d["inputs"].get(s.name, [])]
+        if s.name in god.no_need_buffer:
+            vals = [TensorMeta(v.shape, v.dtype) for v in vals]
+        args.append(vals if s.duplicable else (vals[0] if vals else None))
+    fn, attr_names, wants_need = god.kernel("numpy")
+    kw = {a: d["attrs"].get(a, god.attrs[a]) for a in attr_names}
+    if wants_need:
+        kw["need"] = tuple(bool(d["outputs"].get(s.name)) for s in god.outputs)
+    for s, r in zip(god.outputs, _as_tuple(god, fn(*args, **kw))):
+        names = d["outputs"].get(s.name, [])
+        for n, a in zip(names, r if s.duplicable else [r]):
+            if n != EMPTY_VAR_NAME:
+                env[n] = a
+
+
+def grad_check(op_type, inputs, attrs=None, out_slot="Out", wrt=("X",), eps=1e-6, rtol=1e-6, atol=1e-8):
+    """d sum(W * out) / d input via the grad op(s) == central differences (float64)."""
+    od = get_op_def(op_type)
+    attrs = dict(od.attrs, **(attrs or {}))
+    lists = {s: (v if isinstance(v, list) else [v]) for s, v in inputs.items()}
+
+    def forward(vals):
+        args = [vals.get(s.name, [] if s.duplicable else None) for s in od.inputs]
+        return dict(zip(od.output_slot_names(), _as_tuple(od, run(op_type, *args, **attrs))))
+
+    outs = forward(inputs)
+    target = outs[out_slot] if isinstance(outs[out_slot], list) else [outs[out_slot]]
+    rng = np.random.default_rng(0)
+    weights = [rng.standard_normal(t.shape) for t in target]
+
+    def loss(vals):
+        o = forward(vals)[out_slot]
+        return sum(float((w * a).sum()) for w, a in zip(weights, o if isinstance(o, list) else [o]))
+
+    in_names = {s: [f"{s}{i}" for i in range(len(v))] for s, v in lists.items()}
+    out_names, env = {}, {}
+    for s, vs in lists.items():
+        env.update(zip(in_names[s], vs))
+    for s, v in outs.items():
+        vs = v if isinstance(v, list) else [v]
+        out_names[s] = [f"{s}_out{i}" for i in range(len(vs))] if v is not None else []
+        env.update((n, a) for n, a in zip(out_names[s], vs) if a is not None)
+    env.update((n + "@GRAD", w) for n, w in zip(out_names[out_slot], weights))
+    no_grad = {n + "@GRAD" for s, ns in in_names.items() if s not in wrt for n in ns}
+    descs, _ = make_grad_op_descs(op_type, in_names, out_names, attrs, no_grad)
+    assert descs, f"{op_type} produced no grad op"
+    for d in descs:
+        run_desc(d, env)
+    for s in wrt:
+        for i, x in enumerate(lists[s]):
+            analytic = env[f"{s}{i}@GRAD"]
+            numeric = np.zeros_like(x)
+            for idx in np.ndindex(x.shape):
+                vals = {k: ([a.copy() for a in v] if isinstance(v, list) else v.copy())
+                        for k, v in inputs.items()}
+                arr = vals[s][i] if isinstance(vals[s], list) else vals[s]
+                arr[idx] += eps
+                up = loss(vals)
+                arr[idx] -= 2 * eps
+                numeric[idx] = (up - loss(vals)) / (2 * eps)
+            np.testing.assert_allclose(analytic, numeric, rtol=rtol, atol=atol, err_msg=f"{op_type} d{s}{i}")
+
+
+R = np.random.default_rng(42)
+X = np.array([[-1.3, -0.4, 0.2, 0.9], [1.7, -2.1, 0.55, -0.75]])   # no value near a kink
+POS = np.abs(X) + 0.3
+
+
+# ---- gradient checks -------------------------------------------------------------
+@pytest.mark.parametrize("op,x,attrs", [
+    ("relu", X, {}), ("tanh", X, {}), ("sigmoid", X, {}), ("square", X, {}), ("exp", X, {}),
+    ("log", POS, {}), ("sqrt", POS, {}), ("reciprocal", POS, {}), ("silu", X, {}),
+    ("logsigmoid", X * 3, {}), ("leaky_relu", X, {"alpha": 0.1}),
+    ("hard_sigmoid", np.append(X, [[3.0, -2.9, 0.1, 1.0]], 0), {}),
+    ("gelu", X * 2, {"approximate": False}), ("gelu", X * 2, {"approximate": True}),
+    ("softmax", X, {"axis": -1}), ("softmax", X, {"axis": 0}),
+    ("pow", POS, {"factor": 2.5}), ("assign", X, {}),
+    ("transpose2", R.standard_normal((2, 3, 2)), {"axis": [2, 0, 1]}),
+    ("reshape2", R.standard_normal((2, 3, 2)), {"shape": [0, -1]}),
+    ("cast", X, {"in_dtype": 6, "out_dtype": 6}),
+    ("dropout", X, {"dropout_prob": 0.25, "is_test": True}),
+    ("dropout", X, {"dropout_prob": 0.25, "is_test": True, "dropout_implementation": "upscale_in_train"}),
+])
+def test_unary_grads(op, x, attrs):
+    grad_check(op, {"X": x}, attrs)
+
+
+@pytest.mark.parametrize("impl", ["downgrade_in_infer", "upscale_in_train"])
+def test_dropout_train_grad(impl):
+    # a Seed input makes the mask the same on every forward run
+    grad_check("dropout", {"X": X, "Seed": np.array([7])},
+               {"dropout_prob": 0.4, "dropout_implementation": impl})
+
+
+def test_pow_factor_tensor_grad():
+    grad_check("pow", {"X": POS, "FactorTensor": np.array([1.5])}, {"factor": 9.0})
+
+
+def test_concat_split_grads():
+    a, b = R.standard_normal((2, 3)), R.standard_normal((2, 1))
+    grad_check("concat", {"X": [a, b]}, {"axis": 1})
+    grad_check("concat", {"X": [a, a[:1]]}, {"axis": 0})
+    grad_check("split", {"X": R.standard_normal((2, 5))}, {"sections": [2, -1], "axis": 1})
+    grad_check("split", {"X": R.standard_normal((4, 3))}, {"num": 2, "axis": 0})
+
+
+def test_layer_norm_grads():
+    x, s, b = R.standard_normal((2, 3, 4)), R.standard_normal(4), R.standard_normal(4)
+    grad_check("layer_norm", {"X": x, "Scale": s, "Bias": b}, {"begin_norm_axis": 2},
+               out_slot="Y", wrt=("X", "Scale", "Bias"))
+    grad_check("layer_norm", {"X": x, "Scale": R.standard_normal(12), "Bias": R.standard_normal(12)},
+               {"begin_norm_axis": 1, "epsilon": 1e-3}, out_slot="Y", wrt=("X", "Scale", "Bias"))
+    grad_check("layer_norm", {"X": x}, {}, out_slot="Y", wrt=("X",))
+
+
+def test_lookup_table_grad():
+    ids = np.array([[0, 2], [2, 3], [1, 2]])
+    grad_check("lookup_table_v2", {"Ids": ids, "W": R.standard_normal((5, 3))}, {}, wrt=("W",))
+    grad_check("lookup_table_v2", {"Ids": ids, "W": R.standard_normal((5, 3))}, {"padding_idx": 2}, wrt=("W",))
+
+
+@pytest.mark.parametrize("attrs,label", [
+    ({}, np.array([[1], [0], [3]])),
+    ({"ignore_index": 0}, np.array([[1], [0], [3]])),
+    ({"soft_label": True}, np.array([[0.1, 0.2, 0.3, 0.4], [0.25] * 4, [1.0, 0, 0, 0]])),
+    ({"use_softmax": False}, np.array([[1], [0], [3]])),
+])
+def test_softmax_with_cross_entropy_grads(attrs, label):
+    logits = R.standard_normal((3, 4))
+    if not attrs.get("use_softmax", True):
+        logits = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    grad_check("softmax_with_cross_entropy", {"Logits": logits, "Label": label}, attrs,
+               out_slot="Loss", wrt=("Logits",))
+
+
+def test_softmax_with_cross_entropy_axis_grad():
+    label = np.array([[[0, 2, 1]], [[4, 4, 0]]])
+    grad_check("softmax_with_cross_entropy", {"Logits": R.standard_normal((2, 5, 3)), "Label": label},
+               {"axis": 1}, out_slot="Loss", wrt=("Logits",))
+
+
+# ---- forward checks against plain NumPy ---------------------------------------------
+def _sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+@pytest.mark.parametrize("op,attrs,ref", [
+    ("relu", {}, lambda x: np.where(x > 0, x, 0)),
+    ("tanh", {}, np.tanh),
+    ("sigmoid", {}, _sig),
+    ("square", {}, lambda x: x * x),
+    ("exp", {}, np.exp),
+    ("silu", {}, lambda x: x * _sig(x)),
+    ("logsigmoid", {}, lambda x: np.log(_sig(x))),
+    ("leaky_relu", {"alpha": 0.1}, lambda x: np.where(x > 0, x, 0.1 * x)),
+    ("hard_sigmoid", {}, lambda x: np.clip(0.2 * x + 0.5, 0, 1)),
+    ("gelu", {"approximate": False}, lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))),
+    ("gelu", {"approximate": True},
+     lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))),
+    ("softmax", {"axis": 0}, lambda x: np.exp(x) / np.exp(x).sum(0)),
+    ("assign", {}, lambda x: x),
+])
+def test_unary_forward(op, attrs, ref):
+    x = X.astype(np.float32)
+    out = run(op, x, **attrs)
+    assert out.dtype == np.float32 and out.shape == x.shape
+    np.testing.assert_allclose(out, ref(X), rtol=2e-6, atol=1e-7)
+
+
+def test_positive_domain_forward():
+    p = POS.astype(np.float32)
+    np.testing.assert_allclose(run("log", p), np.log(POS), rtol=1e-6)
+    np.testing.assert_allclose(run("sqrt", p), np.sqrt(POS), rtol=1e-6)
+    np.testing.assert_allclose(run("reciprocal", p), 1 / POS, rtol=1e-6)
+    np.testing.assert_allclose(run("pow", p, None, factor=2.5), POS ** 2.5, rtol=1e-6)
+    np.testing.assert_allclose(run("pow", p, np.array([0.5], np.float32), factor=2.5), POS ** 0.5, rtol=1e-6)
+
+
+def test_erf_accuracy():
+    from refimpl.ops.activation_ops import erf
+    x = np.concatenate([np.linspace(-7, 7, 20001), np.geomspace(1e-300, 1e-3, 50)])
+    ref = np.array([math.erf(v) for v in x])
+    assert np.max(np.abs(erf(x) - ref)) < 1e-13
+    assert np.max(np.abs(erf(x) - ref) / np.maximum(np.abs(ref), 1e-300)) < 1e-12
+    assert np.isnan(erf(np.array([np.nan]))[0]) and erf(np.array([np.inf]))[0] == 1.0
+
+
+# Paddle 3.3.1 outputs on x = linspace(-3, 3, 7) (float32)
+PADDLE_GELU_EXACT = [-0.0040496885776519775, -0.04550027847290039, -0.15865525603294373, 0.0,
+                     0.8413447141647339, 1.9544997215270996, 2.995950222015381]
+PADDLE_GELU_TANH = [-0.0036375224590301514, -0.04540222883224487, -0.15880796313285828, 0.0,
+                    0.8411920070648193, 1.9545977115631104, 2.9963626861572266]
+PADDLE_SOFTMAX_CLIP = [0.04742587357759476, 1.5277488635806573e-28, 1.5277488635806573e-28, 0.9525741338729858]
+
+
+def test_activation_paddle_constants():
+    x = np.linspace(-3, 3, 7).astype(np.float32)
+    np.testing.assert_allclose(run("gelu", x, approximate=False), PADDLE_GELU_EXACT, rtol=1e-6, atol=1e-8)
+    # Paddle's float32 tanh form cancels in 1 + tanh(..) for x < 0 (ours is float64): ~1e-7 absolute
+    np.testing.assert_allclose(run("gelu", x, approximate=True), PADDLE_GELU_TANH, rtol=1e-6, atol=2e-7)
+    # Paddle clips x - max(x) at -64 before exp: tiny probabilities are exp(-64), not 0
+    out = run("softmax", np.array([[0, -100, -70, 3]], np.float32), axis=-1)
+    np.testing.assert_allclose(out[0], PADDLE_SOFTMAX_CLIP, rtol=1e-6)
+
+
+# ---- softmax_with_cross_entropy ---------------------------------------------------
+LOGITS = np.linspace(-2, 2, 12).astype(np.float32).reshape(3, 4)
+# Paddle 3.3.1 on LOGITS: hard labels [[1], [-100], [3]]; soft labels SOFT; d mean(Loss) / d Logits
+PADDLE_SWCE_HARD_LOSS = [[1.649259090423584], [0.0], [0.92198646068573]]
+PADDLE_SWCE_HARD_DLOGITS = [[0.044533759355545044, -0.26926925778388977, 0.0921594426035881, 0.13257606327533722],
+                            [0.0, 0.0, 0.0, 0.0],
+                            [0.044533759355545044, 0.06406407803297043, 0.0921594426035881, -0.20075727999210358]]
+SOFT = np.array([[0.1, 0.2, 0.3, 0.4], [0.25] * 4, [1, 0, 0, 0]], np.float32)
+PADDLE_SWCE_SOFT_LOSS = [[1.2856228351593018], [1.4674409627914429], [2.012895345687866]]
+
+
+def test_softmax_with_cross_entropy_forward():
+    label = np.array([[1], [-100], [3]])
+    sm, loss = run("softmax_with_cross_entropy", LOGITS, label)
+    ref_sm = np.exp(LOGITS) / np.exp(LOGITS).sum(1, keepdims=True)
+    np.testing.assert_allclose(sm, ref_sm, rtol=1e-6)
+    np.testing.assert_allclose(loss, [[-np.log(ref_sm[0, 1])], [0.0], [-np.log(ref_sm[2, 3])]], rtol=1e-6)
+    np.testing.assert_allclose(loss, PADDLE_SWCE_HARD_LOSS, rtol=1e-6)
+    assert loss.dtype == np.float32 and loss.shape == (3, 1)
+    dx = run("softmax_with_cross_entropy_grad", label, sm, np.full((3, 1), 1 / 3, np.float32))
+    np.testing.assert_allclose(dx, PADDLE_SWCE_HARD_DLOGITS, rtol=1e-5, atol=1e-7)
+    _, soft_loss = run("softmax_with_cross_entropy", LOGITS, SOFT, soft_label=True)
+    np.testing.assert_allclose(soft_loss, PADDLE_SWCE_SOFT_LOSS, rtol=1e-6)
+    np.testing.assert_allclose(soft_loss, -(SOFT * np.log(ref_sm)).sum(1, keepdims=True), rtol=1e-5)
+
+
+def test_softmax_with_cross_entropy_edge_cases():
+    # use_softmax=False with a zero probability: Paddle 3.3.1 gives 1e20 (its "tolerable value")
+    _, loss = run("softmax_with_cross_entropy", np.array([[0.2, 0.0, 0.8]], np.float32), np.array([[1]]),
+                  use_softmax=False)
+    np.testing.assert_allclose(loss, [[1.0000000200408773e+20]], rtol=1e-6)
+    with pytest.raises(InvalidArgument):
+        run("softmax_with_cross_entropy", LOGITS, np.array([[1], [4], [0]]))
+    # a label without the class dim is accepted
+    _, loss = run("softmax_with_cross_entropy", LOGITS, np.array([1, 0, 3]))
+    assert loss.shape == (3, 1)
+
+
+# ---- manipulation ------------------------------------------------------------------
+def test_reshape_transpose_forward():
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    out, xshape = run("reshape2", x, None, [], shape=[0, -1, 2])
+    assert out.shape == (2, 6, 2) and xshape.shape == (0, 2, 3, 4) and xshape.size == 0
+    out, _ = run("reshape2", x, np.array([4, -1]), [], shape=[1])
+    assert out.shape == (4, 6)
+    out, _ = run("reshape2", x, None, [np.array([3]), np.array([8])], shape=[-1, -1])
+    assert out.shape == (3, 8)
+    with pytest.raises(InvalidArgument):
+        run("reshape2", x, None, [], shape=[5, -1])
+    np.testing.assert_array_equal(run("reshape2_grad", xshape, out), x)
+    t, ts = run("transpose2", x, axis=[2, 0, 1])
+    np.testing.assert_array_equal(t, x.transpose(2, 0, 1))
+    np.testing.assert_array_equal(run("transpose2_grad", ts, t, axis=[2, 0, 1]), x)
+
+
+def test_concat_split_cast_assign_forward():
+    a, b = np.ones((2, 3), np.float32), np.zeros((2, 1), np.float32)
+    np.testing.assert_array_equal(run("concat", [a, b], None, axis=1), np.concatenate([a, b], 1))
+    np.testing.assert_array_equal(run("concat", [a, b], np.array([-1]), axis=0), np.concatenate([a, b], 1))
+    x = np.arange(10.0).reshape(2, 5)
+    parts = run("split", x, None, [], sections=[2, -1], num=0, axis=1)
+    assert [p.shape for p in parts] == [(2, 2), (2, 3)]
+    parts = run("split", x, None, [np.array([1]), np.array([4])], sections=[], num=0, axis=1)
+    assert [p.shape for p in parts] == [(2, 1), (2, 4)]
+    assert [p.shape for p in run("split", x, np.array([0]), [], num=2)] == [(1, 5), (1, 5)]
+    out = run("cast", np.array([1.7, -1.7, 0.0]), out_dtype=3)
+    assert out.dtype == np.int64 and out.tolist() == [1, -1, 0]
+    assert run("cast", np.array([2.0, 0.0]), out_dtype=0).tolist() == [True, False]
+    y = run("assign", x)
+    assert y is not x and np.array_equal(y, x)
+
+
+def test_grad_maker_descs():
+    # concat: an input without a grad gets @EMPTY@; split's grad is a concat with split's attrs
+    descs, _ = make_grad_op_descs("concat", {"X": ["a", "b", "c"], "AxisTensor": []}, {"Out": ["o"]},
+                                  {"axis": 1}, {"a@GRAD", "c@GRAD"})
+    assert descs[0]["type"] == "concat_grad"
+    assert descs[0]["outputs"]["X@GRAD"] == [EMPTY_VAR_NAME, "b@GRAD", EMPTY_VAR_NAME]
+    attrs = {"sections": [1, 2], "num": 0, "axis": 1}
+    descs, _ = make_grad_op_descs("split", {"X": ["x"], "AxisTensor": [], "SectionsTensorList": []},
+                                  {"Out": ["o1", "o2"]}, attrs, set())
+    assert descs[0]["type"] == "concat" and descs[0]["inputs"]["X"] == ["o1@GRAD", "o2@GRAD"]
+    assert descs[0]["attrs"] == attrs and descs[0]["outputs"] == {"Out": ["x@GRAD"]}
+    descs, _ = make_grad_op_descs("cast", {"X": ["x"]}, {"Out": ["y"]}, {"in_dtype": 5, "out_dtype": 6}, set())
+    assert descs[0]["type"] == "cast" and (descs[0]["attrs"]["in_dtype"], descs[0]["attrs"]["out_dtype"]) == (6, 5)
+    descs, _ = make_grad_op_descs("reshape2", {"X": ["x"], "Shape": [], "ShapeTensor": []},
+                                  {"Out": ["y"], "XShape": ["xs"]}, {"shape": [-1]}, set())
+    assert descs[0]["inputs"] == {"XShape": ["xs"], "Out@GRAD": ["y@GRAD"]}
+
+
+def _infer(op, ins, **attrs):
+    od = get_op_def(op)
+    return od.infer_shape(ins, dict(od.attrs, **attrs))
+
+
+def test_infer_shapes():
+    f = "float32"
+    assert _infer("reshape2", {"X": [((-1, 3, 4), f)]}, shape=[-1, 12]) == \
+        {"Out": ((-1, 12), f), "XShape": ((0, -1, 3, 4), f)}
+    assert _infer("reshape2", {"X": [((-1, 3, 4), f)]}, shape=[0, 0, -1, 2])["Out"][0] == (-1, 3, -1, 2)
+    assert _infer("reshape2", {"X": [((2, 3, 4), f)]}, shape=[4, 0, -1])["Out"][0] == (4, 3, 2)
+    assert _infer("transpose2", {"X": [((-1, 3, 4), f)]}, axis=[2, 0, 1])["Out"][0] == (4, -1, 3)
+    assert _infer("concat", {"X": [((-1, 3), f), ((2, -1), f)]}, axis=0)["Out"][0] == (-1, 3)
+    assert _infer("split", {"X": [((-1, 6), f)]}, sections=[2, -1], axis=0)["Out"] == [((-1, 6), f)] * 2
+    assert _infer("split", {"X": [((3, 6), f)]}, sections=[2, -1], axis=1)["Out"] == [((3, 2), f), ((3, 4), f)]
+    assert _infer("layer_norm", {"X": [((-1, 3, 4), f)]}, begin_norm_axis=2)["Mean"] == ((-1, 3), f)
+    assert _infer("softmax_with_cross_entropy", {"Logits": [((-1, 5, 3), f)]}, axis=1)["Loss"][0] == (-1, 1, 3)
+    assert _infer("lookup_table_v2", {"Ids": [((-1, 1), "int64")], "W": [((10, 4), f)]})["Out"] == ((-1, 1, 4), f)
+    assert _infer("fill_constant", {}, shape=[2, 5], dtype=3)["Out"] == ((2, 5), "int64")
+    assert _infer("cast", {"X": [((-1, 2), f)]}, in_dtype=5, out_dtype=6)["Out"] == ((-1, 2), "float64")
+    assert _infer("equal", {"X": [((-1, 3), "int64")], "Y": [((3,), "int64")]})["Out"] == ((-1, 3), "bool")
+    assert _infer("dropout", {"X": [((-1, 3), f)]})["Mask"] == ((-1, 3), "uint8")
