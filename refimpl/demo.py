@@ -36,8 +36,13 @@ def synthetic(rng, batch, din, classes, w_true):
 
 
 def _bar(i, n, loss, width=30, out=sys.stdout):
+    """A progress bar redrawn in place on a terminal; a plain line every 10% elsewhere."""
     done = int(width * i / n)
-    out.write(f"\r  [{'#' * done}{'.' * (width - done)}] step {i:4d}/{n}  loss {loss:8.4f}")
+    line = f"  [{'#' * done}{'.' * (width - done)}] step {i:4d}/{n}  loss {loss:8.4f}"
+    if getattr(out, "isatty", lambda: False)():
+        out.write("\r" + line)
+    elif i == n or i % max(1, n // 10) == 0:
+        out.write(line + "\n")
     out.flush()
 
 
@@ -62,8 +67,7 @@ def run_demo(steps=200, batch=32, hidden=64, seed=0, gc_gb=0.0, show_program=Tru
         trace = Trace() if i == steps else None
         (lv,) = exe.run(main, feed={"x": x, "label": y}, fetch_list=[loss], scope=scope, trace=trace)
         losses.append(float(lv))
-        if i % max(1, steps // 50) == 0 or i == steps:
-            _bar(i, steps, float(np.mean(losses[-10:])), out=out)
+        _bar(i, steps, float(np.mean(losses[-10:])), out=out)
     elapsed = time.perf_counter() - t0
     print("\n", file=out)
     marks = sorted({0, steps // 4, steps // 2, 3 * steps // 4, steps - 1})

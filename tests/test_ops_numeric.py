@@ -366,3 +366,263 @@ def test_infer_shapes():
     assert _infer("cast", {"X": [((-1, 2), f)]}, in_dtype=5, out_dtype=6)["Out"] == ((-1, 2), "float64")
     assert _infer("equal", {"X": [((-1, 3), "int64")], "Y": [((3,), "int64")]})["Out"] == ((-1, 3), "bool")
     assert _infer("dropout", {"X": [((-1, 3), f)]})["Mask"] == ((-1, 3), "uint8")
+
+
+# ---- creation -------------------------------------------------------------------------
+def test_fill_ops():
+    out = run("fill_constant", None, None, [], dtype=5, shape=[2, 3], value=1.5)
+    assert out.dtype == np.float32 and out.shape == (2, 3) and np.all(out == 1.5)
+    # str_value wins over value; int64 stays exact (Paddle 3.3.1 gives [1234567890123] * 2)
+    out = run("fill_constant", None, None, [], dtype=3, shape=[2], value=0.0, str_value="1234567890123")
+    assert out.dtype == np.int64 and out.tolist() == [1234567890123] * 2
+    assert run("fill_constant", None, None, [], dtype=5, shape=[1], value=3.0, str_value="-inf")[0] == -np.inf
+    out = run("fill_constant", np.array([4.0]), np.array([2, 2]), [], dtype=6, shape=[], value=0.0)
+    assert out.dtype == np.float64 and out.shape == (2, 2) and np.all(out == 4.0)
+    out = run("fill_constant", None, None, [np.array([3]), np.array([1])], dtype=0, shape=[-1, -1], value=1.0)
+    assert out.dtype == np.bool_ and out.shape == (3, 1) and out.all()
+    x = np.zeros((2, 3), np.float32)
+    out = run("fill_any_like", x, value=2.0, dtype=-1)
+    assert out.dtype == np.float32 and np.all(out == 2.0)
+    assert run("fill_any_like", x, value=1.0, dtype=3).dtype == np.int64
+
+
+def test_random_ops_are_reproducible():
+    rrandom.seed(123)
+    u1 = run("uniform_random", None, [], shape=[3, 4], min=-2.0, max=3.0)
+    g1 = run("gaussian_random", None, [], shape=[500], mean=1.0, std=2.0)
+    rrandom.seed(123)
+    u2 = run("uniform_random", None, [], shape=[3, 4], min=-2.0, max=3.0)
+    g2 = run("gaussian_random", None, [], shape=[500], mean=1.0, std=2.0)
+    assert np.array_equal(u1, u2) and np.array_equal(g1, g2)
+    assert u1.dtype == np.float32 and u1.min() >= -2 and u1.max() < 3
+    assert abs(g1.mean() - 1.0) < 0.3 and abs(g1.std() - 2.0) < 0.3
+    a = run("uniform_random", None, [], shape=[5], seed=9)
+    b = run("uniform_random", None, [], shape=[5], seed=9)
+    assert np.array_equal(a, b)  # a non-zero seed attr repeats its numbers
+    d = run("uniform_random", np.array([3, 3]), [], shape=[], diag_num=3, diag_step=3, diag_val=7.0)
+    assert d.reshape(-1)[[0, 4, 8]].tolist() == [7.0, 7.0, 7.0]
+
+
+# Paddle 3.3.1: W = arange(12).reshape(4, 3) / 10, ids = [[0, 2], [2, 3], [1, 2]], padding_idx 2,
+# d mean(Out) / d W
+PADDLE_EMB_DW_PAD2 = [[0.0555555559694767] * 3, [0.0555555559694767] * 3, [0.0] * 3, [0.0555555559694767] * 3]
+
+
+def test_lookup_table():
+    W = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    ids = np.array([[0, 2], [2, 3], [1, 2]])
+    out = run("lookup_table_v2", ids, W, padding_idx=2)
+    assert out.shape == (3, 2, 3) and out.dtype == np.float32
+    np.testing.assert_array_equal(out[0, 0], W[0])
+    assert not out[ids == 2].any()
+    dW = run("lookup_table_v2_grad", ids, TensorMeta(W.shape, W.dtype), np.full((3, 2, 3), 1 / 18, np.float32),
+             padding_idx=2)
+    np.testing.assert_allclose(dW, PADDLE_EMB_DW_PAD2, rtol=1e-6)
+    with pytest.raises(InvalidArgument):
+        run("lookup_table_v2", np.array([4]), W)
+
+
+# ---- layer_norm and dropout ----------------------------------------------------------------
+LN_X = np.linspace(-1, 2, 12).astype(np.float32).reshape(3, 4) ** 2
+LN_SCALE = np.array([1, 2, 0.5, -1], np.float32)
+LN_BIAS = np.array([0, 0.1, 0.2, 0.3], np.float32)
+# Paddle 3.3.1 layer_norm(LN_X, LN_SCALE, LN_BIAS), begin_norm_axis 1; grads of mean(Y)
+PADDLE_LN_Y = [[1.5160324573516846, 0.571654736995697, -0.120051309466362, 1.411757230758667],
+               [-1.066381812095642, -1.2428511381149292, 0.2987389862537384, -1.2403292655944824],
+               [-1.261267900466919, -0.9446860551834106, 0.3847311735153198, -1.1141486167907715]]
+PADDLE_LN_MEAN = [0.44214877486228943, 0.3429752290248871, 2.623966932296753]
+PADDLE_LN_VAR = [0.13539034128189087, 0.09850762784481049, 0.9468103647232056]
+PADDLE_LN_DX = [[-0.15363942086696625, 0.27428480982780457, 0.07241897284984589, -0.19306427240371704],
+                [-0.17300188541412354, 0.19344599545001984, 0.017287468537688255, -0.03773149847984314],
+                [-0.0633544847369194, 0.07821916043758392, 0.017260795459151268, -0.03212542086839676]]
+PADDLE_LN_DSCALE = [-0.06763477623462677, -0.07982844114303589, -0.006096856668591499, 0.153560072183609]
+
+
+def test_layer_norm_forward_and_paddle_constants():
+    y, mean, var = run("layer_norm", LN_X, LN_SCALE, LN_BIAS)
+    ref_mean, ref_var = LN_X.mean(1), LN_X.var(1)
+    np.testing.assert_allclose(mean, ref_mean, rtol=1e-6)
+    np.testing.assert_allclose(var, ref_var, rtol=1e-5)
+    ref_y = (LN_X - ref_mean[:, None]) / np.sqrt(ref_var[:, None] + 1e-5) * LN_SCALE + LN_BIAS
+    np.testing.assert_allclose(y, ref_y, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y, PADDLE_LN_Y, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mean, PADDLE_LN_MEAN, rtol=1e-6)
+    np.testing.assert_allclose(var, PADDLE_LN_VAR, rtol=1e-5)
+    assert y.dtype == np.float32
+    dx, ds, db = run("layer_norm_grad", LN_X, LN_SCALE, TensorMeta((4,), np.float32), mean, var,
+                     np.full((3, 4), 1 / 12, np.float32))
+    np.testing.assert_allclose(dx, PADDLE_LN_DX, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(ds, PADDLE_LN_DSCALE, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(db, [0.25] * 4, rtol=1e-6)
+    _, mean3, _ = run("layer_norm", np.ones((2, 3, 4), np.float32), None, None, begin_norm_axis=2)
+    assert mean3.shape == (2, 3)
+
+
+def test_dropout_forward():
+    x = np.ones((200, 50), np.float32)
+    out, mask = run("dropout", x, np.array([3]), dropout_prob=0.3)
+    assert mask.dtype == np.uint8 and abs(1 - mask.mean() - 0.3) < 0.02
+    np.testing.assert_array_equal(out, mask.astype(np.float32))
+    out, mask2 = run("dropout", x, np.array([3]), dropout_prob=0.3, dropout_implementation="upscale_in_train")
+    np.testing.assert_array_equal(mask2, mask)
+    np.testing.assert_allclose(out, mask / np.float32(0.7), rtol=1e-7)
+    # Paddle 3.3.1: is_test downgrade_in_infer scales by 1 - p; upscale_in_train is the identity
+    out, m = run("dropout", x, None, dropout_prob=0.25, is_test=True)
+    assert m.size == 0 and np.all(out == 0.75)
+    g = np.full((2, 5), 2.0, np.float32)
+    assert np.all(run("dropout_grad", None, g, dropout_prob=0.25, is_test=True) == 1.5)
+    assert np.all(run("dropout_grad", None, g, dropout_prob=0.25, is_test=True,
+                      dropout_implementation="upscale_in_train") == 2.0)
+    out, mask = run("dropout", x, None, dropout_prob=1.0, dropout_implementation="upscale_in_train")
+    assert not out.any() and not mask.any()
+
+
+# ---- logic --------------------------------------------------------------------------------
+def test_logic_ops():
+    x, y = np.array([[1, 2, 3], [3, 2, 1]]), np.array([1, 2, 1])
+    np.testing.assert_array_equal(run("equal", x, y), x == y)
+    np.testing.assert_array_equal(run("less_than", x, y), x < y)
+    np.testing.assert_array_equal(run("less_than", x, np.array([2, 2]), axis=0), x < np.array([[2], [2]]))
+    assert run("equal", x, y).dtype == np.bool_
+    np.testing.assert_array_equal(run("logical_not", np.array([True, False])), [False, True])
+    step = run("increment", np.array([5], np.int64), step=1.0)
+    assert step.dtype == np.int64 and step.tolist() == [6]
+    assert run("increment", np.array([0.5], np.float32), step=-2.0).tolist() == [-1.5]
+    with pytest.raises(InvalidArgument):
+        run("increment", np.array([1, 2]))
+    descs, _ = make_grad_op_descs("increment", {"X": ["s"]}, {"Out": ["s2"]}, {"step": 2.0}, set())
+    assert descs[0]["inputs"] == {"X": ["s2"]} and descs[0]["attrs"]["step"] == -2.0
+
+
+# ---- optimizers ------------------------------------------------------------------------------
+def _opt_inputs():
+    f = np.float32
+    return dict(p=np.linspace(-1, 1, 6).astype(f), g=np.linspace(0.5, -0.7, 6).astype(f),
+                m1=np.linspace(-0.1, 0.1, 6).astype(f), m2=np.linspace(0.01, 0.03, 6).astype(f),
+                v=np.linspace(0.2, -0.3, 6).astype(f), lr=np.array([0.01], f),
+                b1p=np.array([0.9 ** 3], f), b2p=np.array([0.999 ** 3], f))
+
+
+# Paddle 3.3.1 results of one step on _opt_inputs() (float32)
+PADDLE_SGD_PARAM = [-1.0049999952316284, -0.6026000380516052, -0.20020000636577606, 0.2021999955177307,
+                    0.6046000123023987, 1.0069999694824219]
+PADDLE_MOM_PARAM = [-1.0068000555038452, -0.6035000085830688, -0.20020000636577606, 0.20309999585151672,
+                    0.6064000129699707, 1.009700059890747]
+PADDLE_MOM_VELOCITY = [0.6800000071525574, 0.3499999940395355, 0.019999999552965164, -0.3100000023841858,
+                       -0.6399999856948853, -0.9700000286102295]
+# mu 0.9, use_nesterov, l2_decay 0.05, rescale_grad 2.0 (which Paddle's CPU kernel ignores)
+PADDLE_MOM_NESTEROV_L2_PARAM = [-1.0101699829101562, -0.605180025100708, -0.200190007686615,
+                                0.20480000972747803, 0.609790027141571, 1.014780044555664]
+PADDLE_MOM_NESTEROV_L2_VELOCITY = [0.6299999952316284, 0.3199999928474426, 0.009999998845160007,
+                                   -0.29999998211860657, -0.6100000143051147, -0.9199999570846558]
+PADDLE_ADAM_PARAM = [-0.9992014765739441, -0.5995228886604309, -0.19975897669792175, 0.20005445182323456,
+                     0.5999001264572144, 0.9997684955596924]
+PADDLE_ADAM_M1 = [-0.03999998793005943, -0.027999991551041603, -0.01599999889731407, -0.00400000624358654,
+                  0.007999986410140991, 0.01999998465180397]
+PADDLE_ADAM_M2 = [0.010239996947348118, 0.014053599908947945, 0.017982399091124535, 0.02202639915049076,
+                  0.026185598224401474, 0.030459992587566376]
+PADDLE_ADAM_B1POW, PADDLE_ADAM_B2POW = [0.6560999751091003], [0.9960060119628906]
+# adamw: coeff 0.1, with_decay, lr_ratio 0.5 (moments and beta pows as for adam)
+PADDLE_ADAMW_PARAM = [-0.9987014532089233, -0.5992228984832764, -0.19965897500514984, 0.19995445013046265,
+                      0.5996001362800598, 0.9992684721946716]
+
+
+def test_sgd_in_place():
+    d = _opt_inputs()
+    p = d["p"]
+    ref = d["p"].astype(np.float64) - 0.01 * d["g"]
+    out, master = run("sgd", p, d["lr"], d["g"], None)
+    assert out is p and master is None
+    np.testing.assert_allclose(out, ref, rtol=1e-6)
+    np.testing.assert_allclose(out, PADDLE_SGD_PARAM, rtol=1e-6)
+
+
+def test_momentum():
+    d = _opt_inputs()
+    p, v = d["p"], d["v"]
+    po, vo, _ = run("momentum", p, d["g"], v, d["lr"], None, mu=0.9)
+    assert po is p and vo is v
+    np.testing.assert_allclose(vo, PADDLE_MOM_VELOCITY, rtol=1e-6)
+    np.testing.assert_allclose(po, PADDLE_MOM_PARAM, rtol=1e-6)
+    d = _opt_inputs()
+    g2 = d["g"] + 0.05 * d["p"]
+    ref_v = 0.9 * d["v"] + g2
+    ref_p = d["p"] - 0.01 * (g2 + 0.9 * ref_v)
+    po, vo, _ = run("momentum", d["p"], d["g"], d["v"], d["lr"], None, mu=0.9, use_nesterov=True,
+                    regularization_method="l2_decay", regularization_coeff=0.05, rescale_grad=2.0)
+    np.testing.assert_allclose(vo, ref_v, rtol=1e-6)
+    np.testing.assert_allclose(po, ref_p, rtol=1e-6)
+    np.testing.assert_allclose(vo, PADDLE_MOM_NESTEROV_L2_VELOCITY, rtol=1e-6)
+    np.testing.assert_allclose(po, PADDLE_MOM_NESTEROV_L2_PARAM, rtol=1e-6)
+
+
+def _adam(op, d, **attrs):
+    return run(op, d["p"], d["g"], d["lr"], d["m1"], d["m2"], None, d["b1p"], d["b2p"], None, None,
+               None, None, None, **attrs)
+
+
+def _adam_reference(d, lr_ratio=1.0, coeff=0.0, b1=0.9, b2=0.999, eps=1e-8):
+    p, g, m1, m2 = (d[k].astype(np.float64) for k in ("p", "g", "m1", "m2"))
+    b1p, b2p = float(d["b1p"][0]), float(d["b2p"][0])
+    p = p - 0.01 * lr_ratio * coeff * p
+    m1 = b1 * m1 + (1 - b1) * g
+    m2 = b2 * m2 + (1 - b2) * g * g
+    lr_t = 0.01 * math.sqrt(1 - b2p) / (1 - b1p)
+    return p - lr_t * m1 / (np.sqrt(m2) + eps * math.sqrt(1 - b2p)), m1, m2
+
+
+def test_adam():
+    d = _opt_inputs()
+    outs = _adam("adam", d)
+    for got, want in zip(outs, (d["p"], d["m1"], d["m2"], None, d["b1p"], d["b2p"], None)):
+        assert got is want  # updated in place
+    ref_p, ref_m1, ref_m2 = _adam_reference(_opt_inputs())
+    np.testing.assert_allclose(outs[0], ref_p, rtol=1e-6)
+    np.testing.assert_allclose(outs[1], ref_m1, rtol=1e-5)
+    np.testing.assert_allclose(outs[2], ref_m2, rtol=1e-6)
+    for got, want in zip(outs, (PADDLE_ADAM_PARAM, PADDLE_ADAM_M1, PADDLE_ADAM_M2, None,
+                                PADDLE_ADAM_B1POW, PADDLE_ADAM_B2POW)):
+        if want is not None:
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_adamw():
+    d = _opt_inputs()
+    outs = _adam("adamw", d, coeff=0.1, with_decay=True, lr_ratio=0.5)
+    ref_p, _, _ = _adam_reference(_opt_inputs(), lr_ratio=0.5, coeff=0.1)
+    np.testing.assert_allclose(outs[0], ref_p, rtol=1e-6)
+    np.testing.assert_allclose(outs[0], PADDLE_ADAMW_PARAM, rtol=1e-6)
+    np.testing.assert_allclose(outs[1], PADDLE_ADAM_M1, rtol=1e-6)
+    np.testing.assert_allclose(outs[4], PADDLE_ADAM_B1POW, rtol=1e-6)
+    d = _opt_inputs()  # with_decay False: plain adam whatever coeff says
+    np.testing.assert_allclose(_adam("adamw", d, coeff=0.1)[0], PADDLE_ADAM_PARAM, rtol=1e-6)
+
+
+def test_adam_options():
+    d = _opt_inputs()
+    m2max = np.full(6, 0.025, np.float32)
+    out = run("adam", d["p"], d["g"], d["lr"], d["m1"], d["m2"], m2max, d["b1p"], d["b2p"], None, None,
+              None, None, None, amsgrad=True)
+    assert out[3] is m2max and np.all(m2max >= out[2])
+    d = _opt_inputs()
+    before = {k: v.copy() for k, v in d.items()}
+    out = run("adam", d["p"], d["g"], d["lr"], d["m1"], d["m2"], None, d["b1p"], d["b2p"], None,
+              np.array([True]), None, None, None)
+    assert all(np.array_equal(d[k], before[k]) for k in d)  # SkipUpdate: nothing changes
+    d = _opt_inputs()
+    _adam("adam", d, use_global_beta_pow=True)
+    assert d["b1p"][0] == np.float32(0.9 ** 3)
+    d = _opt_inputs()
+    out = run("adam", d["p"], d["g"], d["lr"], d["m1"], d["m2"], None, d["b1p"], d["b2p"], None, None,
+              np.array([0.5], np.float32), None, None)
+    np.testing.assert_allclose(out[4], [0.5 * 0.9 ** 3], rtol=1e-6)  # Beta1Tensor overrides beta1
+
+
+def test_multi_precision_master_param():
+    d = _opt_inputs()
+    master = d["p"].astype(np.float32)
+    param = d["p"].astype(np.float16)
+    out, mout = run("sgd", param, d["lr"], d["g"], master, multi_precision=True)
+    assert out is param and mout is master
+    np.testing.assert_allclose(master, PADDLE_SGD_PARAM, rtol=1e-6)
+    np.testing.assert_array_equal(param, master.astype(np.float16))

@@ -16,14 +16,14 @@ class EnforceNotMet(Exception):
     kind = "EnforceNotMet"
 
     def __str__(self):
-        msg = super().__str__()
+        msg = self.args[0] if len(self.args) == 1 else ", ".join(map(str, self.args))
         return f"({self.kind}) {msg}"
 
 
 def _make(name, builtin):
     cls = type(name, (EnforceNotMet, builtin), {"kind": name})
     cls.__doc__ = f"Paddle's {name} error (also a {builtin.__name__})."
-    cls.__str__ = EnforceNotMet.__str__  # KeyError would otherwise quote the message
+    cls.__str__ = EnforceNotMet.__str__  # KeyError's own __str__ would quote the message
     return cls
 
 

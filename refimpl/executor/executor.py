@@ -13,7 +13,6 @@ into their inputs).
 import numpy as np
 
 from refimpl import flags
-from refimpl.core.dtypes import convert_dtype
 from refimpl.core.errors import InvalidArgument, NotFound, PreconditionNotMet
 from refimpl.core.place import CPUPlace
 from refimpl.core.scope import global_scope
@@ -75,6 +74,7 @@ class PreparedProgram:
         self.feed_tensors = [(n, self.block.tensor(n)) for n in feed_names]
         self.fetch_tensors = [(n, self.block.tensor(n)) for n in fetch_names]
         self._check_inputs(set(feed_names))
+        self._check_persistable_shapes()
 
     def _check_inputs(self, fed):
         """Every op input must be fed, produced by an earlier op, or held by the scope."""
@@ -95,6 +95,18 @@ class PreparedProgram:
                 raise PreconditionNotMet(f"{where} reads {name!r}, which no earlier op produces and the "
                                          f"scope does not hold (did you run the startup program?)")
             available.update(op.output_arg_names)
+
+    def _check_persistable_shapes(self):
+        """A persistable whose value does not fit its declared shape is named before anything runs."""
+        for name, t in self.block.tensors.items():
+            var = self.program.global_block().vars.get(name)
+            if var is None or not var.persistable or t._array is None or var.shape is None:
+                continue
+            got = t._array.shape
+            if len(got) != len(var.shape) or any(d >= 0 and d != g for d, g in zip(var.shape, got)):
+                kind = "parameter" if var.is_parameter else "persistable variable"
+                raise InvalidArgument(f"{kind} {name!r} holds a value of shape {list(got)} but the program "
+                                      f"declares {list(var.shape)}")
 
     def _written_later(self, i):
         return {n for op in self.program.global_block().ops[i:] for n in op.output_arg_names}
@@ -136,6 +148,9 @@ class Executor:
         fetch_names = self._fetch_names(program, fetch_list)
         prepared = self._prepared(program, scope, tuple(feed), tuple(fetch_names), use_program_cache)
         self._last = prepared
+        scheduler = getattr(program, "lr_scheduler", None)
+        if scheduler is not None:  # as Paddle: the scheduler's current value goes in before each run
+            scope.var(program.lr_var.name).get_tensor().set(np.array(scheduler(), dtype="float32"))
         values = prepared.run(feed, trace)
         if return_numpy:
             return [np.array(v, copy=True) for v in values]
@@ -178,10 +193,3 @@ class Executor:
     def close(self):
         self._cache.clear()
 
-
-def convert_fetch(value):
-    return np.asarray(value)
-
-
-def dtype_name(arr):
-    return convert_dtype(arr.dtype)

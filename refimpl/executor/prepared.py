@@ -29,6 +29,10 @@ def _read_list(ts):
     return lambda: [t._array for t in ts]
 
 
+def _read_list_nnb(ts):
+    return lambda: [t._array if t._array is not None else t._meta for t in ts]
+
+
 _NO_TENSOR = DenseTensor()  # stands for an empty optional slot: its _array is always None
 
 
@@ -150,7 +154,8 @@ class PreparedBlock:
         for slot in opdef.inputs:
             names = op.inputs.get(slot.name) or []
             if slot.duplicable:
-                ins.append(_read_list([self.tensor(n) for n in names]))
+                read = _read_list_nnb if any(n in nnb for n in names) else _read_list
+                ins.append(read([self.tensor(n) for n in names]))
                 simple = False
             elif not names:
                 ins.append(_NO_TENSOR)

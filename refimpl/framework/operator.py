@@ -144,7 +144,8 @@ class Operator:
         def slots(d):
             return ", ".join(f"{k}={v}" for k, v in d.items())
         attrs = ", ".join(f"{k} = {_fmt_attr(v)}" for k, v in sorted(self._attrs.items())
-                          if k not in ("op_callstack", "op_namescope", "op_device") or v)
+                          if k not in ("op_callstack", "op_namescope", "op_device", "op_role_var") or
+                          (v and k != "op_namescope"))
         return f"{{{slots(self._outputs)}}} = {self.type}(inputs={{{slots(self._inputs)}}}, {attrs})"
 
     __repr__ = __str__

@@ -29,6 +29,7 @@ class Variable:
         self.op = None  # the last op that wrote it while building
 
     is_parameter = False
+    trainable = False
 
     @property
     def ndim(self):

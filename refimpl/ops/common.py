@@ -48,7 +48,7 @@ def broadcast_shape(a, b):
         elif x == -1 or y == -1:
             out.append(max(x, y))
         else:
-            out.append(-2)  # mismatch; the kernel raises at run time
+            raise ValueError(f"shapes {list(a)} and {list(b)} do not broadcast")
     return tuple(out)
 
 

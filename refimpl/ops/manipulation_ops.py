@@ -58,6 +58,8 @@ def _reshape_infer(ins, attrs):
     if ins.get("Shape") and not ins.get("ShapeTensor"):
         shape = [-1] * first(ins, "Shape")[0][0]
         out = tuple(shape)
+    elif ins.get("ShapeTensor") and not shape:
+        out = (-1,) * len(ins["ShapeTensor"])
     elif -1 in xs or ins.get("ShapeTensor"):
         out = tuple(xs[i] if s == 0 else s for i, s in enumerate(shape))
     else:

@@ -11,7 +11,8 @@ an element is dropped when a uniform draw is below ``dropout_prob``.
 ``downgrade_in_infer`` leaves kept values as they are in training and scales
 by ``1 - p`` at test time; ``upscale_in_train`` divides kept values by
 ``1 - p`` in training and is the identity at test time. With ``is_test``
-Mask is not written (as in Paddle) and ``dropout_grad`` does not read it.
+no mask is drawn: Mask is an empty uint8 array (Paddle leaves it without
+memory) and ``dropout_grad`` does not read it.
 The grad op reads Mask and Out@GRAD.
 
 Differences from Paddle: the random draws come from NumPy

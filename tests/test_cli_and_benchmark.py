@@ -1,0 +1,31 @@
+"""The user-facing entry points run: ``refimpl demo`` and the benchmark script."""
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_demo_trains_and_reports_gc():
+    out = subprocess.run([sys.executable, "-m", "refimpl.cli", "demo", "--steps", "60", "--quiet-program"],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    losses = [float(v) for v in re.findall(r"step \d+: ([0-9.]+)", out)]
+    assert len(losses) >= 3 and losses[-1] < losses[0]
+    assert re.search(r"garbage collection: \d+ tensors freed per step", out)
+    assert "peak" in out
+
+
+def test_demo_prints_the_program():
+    from refimpl.demo import run_demo
+    import io
+    buf = io.StringIO()
+    assert run_demo(steps=2, batch=4, hidden=8, show_program=True, out=buf) == 0
+    text = buf.getvalue()
+    assert "mul(inputs={X=['x'], Y=['fc_0.w_0']}" in text and "momentum(" in text
+
+
+def test_benchmark_script_runs_and_prints_ratios():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "mlp_step.py"), "--quick", "tiny"],
+                         capture_output=True, text=True, check=True).stdout
+    assert re.search(r"tiny .* ratio +[0-9.]+ .* us/op", out)
