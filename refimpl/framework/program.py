@@ -9,7 +9,6 @@ default main / startup programs. ``to_dict`` / ``from_dict`` speak the
 C++ desc behind it: the Python objects are the program.
 """
 import contextlib
-import copy
 
 from refimpl.core.errors import InvalidArgument, OutOfRange
 

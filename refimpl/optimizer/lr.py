@@ -7,8 +7,6 @@ the learning-rate variable before every run and the user calls ``step()``.
 LRSched op role (a step counter ``@LR_DECAY_COUNTER@`` incremented every run,
 then ``lr * rate ** (step / decay_steps)``) and returns the lr Variable.
 """
-import math
-
 from refimpl.core.errors import InvalidArgument
 
 
