@@ -68,26 +68,30 @@ class Normal(Initializer):
         return op
 
 
-class XavierUniform(Initializer):
+class _Xavier(Initializer):
     def __init__(self, fan_in=None, fan_out=None, gain=1.0, seed=0):
         self._fan_in, self._fan_out, self._gain, self._seed = fan_in, fan_out, gain, seed
 
-    def forward(self, var, block):
+    def _fans(self, var):
         fi, fo = _fans(var.shape)
-        fi = self._fan_in if self._fan_in is not None else fi
-        fo = self._fan_out if self._fan_out is not None else fo
+        return (self._fan_in if self._fan_in is not None else fi,
+                self._fan_out if self._fan_out is not None else fo)
+
+
+class XavierUniform(_Xavier):
+    """U(-limit, limit) with limit = gain * sqrt(6 / (fan_in + fan_out))."""
+
+    def forward(self, var, block):
+        fi, fo = self._fans(var)
         limit = 0.0 if 0 in (fi, fo) else self._gain * math.sqrt(6.0 / float(fi + fo))
         return Uniform(-limit, limit, self._seed).forward(var, block)
 
 
-class XavierNormal(Initializer):
-    def __init__(self, fan_in=None, fan_out=None, gain=1.0, seed=0):
-        self._fan_in, self._fan_out, self._gain, self._seed = fan_in, fan_out, gain, seed
+class XavierNormal(_Xavier):
+    """N(0, std) with std = gain * sqrt(2 / (fan_in + fan_out))."""
 
     def forward(self, var, block):
-        fi, fo = _fans(var.shape)
-        fi = self._fan_in if self._fan_in is not None else fi
-        fo = self._fan_out if self._fan_out is not None else fo
+        fi, fo = self._fans(var)
         std = 0.0 if 0 in (fi, fo) else self._gain * math.sqrt(2.0 / float(fi + fo))
         return Normal(0.0, std, self._seed).forward(var, block)
 
