@@ -84,7 +84,9 @@ class DenseTensor:
         """Free the buffer, keeping shape and dtype (what the GC does)."""
         a = self._array
         if a is not None:
-            self._meta = TensorMeta(a.shape, a.dtype)
+            m = self._meta
+            if m is None or m.shape != a.shape or m.dtype is not a.dtype:
+                self._meta = TensorMeta(a.shape, a.dtype)
             self._array = None
 
     def _place_(self):

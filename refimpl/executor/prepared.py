@@ -11,7 +11,7 @@ as ``ctx``. Only the kernels depend on the backend.
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
 from refimpl.ops.registry import get_op_def
 
-from refimpl.core.tensor import DenseTensor
+from refimpl.core.tensor import DenseTensor, TensorMeta
 
 from .garbage_collector import GarbageCollector, Memory
 from .gc_plan import eager_deletion_vars, no_need_buffer_inputs
@@ -82,10 +82,14 @@ def _runner(fn, ins, simple, outs, kw, single, mem, plain, meta):
                 mem.live = live
                 _free(mem, plain, ())
                 live = mem.live
-        if meta:
-            mem.live = live
-            _free(mem, (), meta)
-            live = mem.live
+        for t in meta:  # read later as no-need-buffer: keep shape and dtype
+            a = t._array
+            if a is not None:
+                live -= a.nbytes
+                m = t._meta
+                if m is None or m.shape != a.shape or m.dtype is not a.dtype:
+                    t._meta = TensorMeta(a.shape, a.dtype)
+                t._array = None
         mem.live = live
     return run
 
