@@ -57,42 +57,45 @@ def numpy_step(params, x, lr):
     return loss
 
 
-def best_of(fn, steps, repeats):
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / steps)
-    return best
+def timed(fn, steps):
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    return (time.perf_counter() - t0) / steps
+
+
+def runner(main, startup, loss, x, gc_gb):
+    """A prepared, warmed-up training step under one GC setting."""
+    paddle.set_flags({"FLAGS_eager_delete_tensor_gb": gc_gb})
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup, scope=scope)
+
+    def step():
+        paddle.set_flags({"FLAGS_eager_delete_tensor_gb": gc_gb})
+        exe.run(main, feed={"x": x}, fetch_list=[loss], scope=scope)
+    step()
+    return step
 
 
 def bench(name, quick):
     din, hidden, layers, batch = SIZES[name]
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, din)).astype("float32")
-    main, startup, loss, xv = build(din, hidden, layers)
-    steps = {"tiny": 2000, "medium": 20, "large": 5}[name] // (4 if quick else 1)
-    repeats = 3 if quick else 7
-    results = {}
-    for gc in (0.0, -1.0):
-        paddle.set_flags({"FLAGS_eager_delete_tensor_gb": gc})
-        scope = paddle.static.Scope()
-        exe = paddle.static.Executor(paddle.CPUPlace())
-        exe.run(startup, scope=scope)
-        exe.run(main, feed={"x": x}, fetch_list=[loss], scope=scope)  # prepare + warm up
-        results[gc] = best_of(lambda: exe.run(main, feed={"x": x}, fetch_list=[loss], scope=scope),
-                              steps, repeats)
-    paddle.set_flags({"FLAGS_eager_delete_tensor_gb": 0.0})
-    params = []
-    for i in range(layers):
-        k = din if i == 0 else hidden
-        params.append((rng.standard_normal((k, hidden)).astype("float32") * np.float32(0.05),
-                       np.zeros(hidden, "float32")))
+    main, startup, loss, _ = build(din, hidden, layers)
+    params = [(rng.standard_normal((din if i == 0 else hidden, hidden)).astype("float32") * np.float32(0.05),
+               np.zeros(hidden, "float32")) for i in range(layers)]
     lr = np.float32(0.01)
-    t_np = best_of(lambda: numpy_step(params, x, lr), steps, repeats)
+    fns = {"on": runner(main, startup, loss, x, 0.0), "off": runner(main, startup, loss, x, -1.0),
+           "numpy": lambda: numpy_step(params, x, lr)}
+    steps = {"tiny": 2000, "medium": 20, "large": 5}[name] // (4 if quick else 1)
+    best = {k: float("inf") for k in fns}
+    for _ in range(3 if quick else 7):  # interleaved, so drift hits every variant alike
+        for k, fn in fns.items():
+            best[k] = min(best[k], timed(fn, steps))
+    paddle.set_flags({"FLAGS_eager_delete_tensor_gb": 0.0})
     n_ops = len(main.global_block().ops)
-    t_on, t_off = results[0.0], results[-1.0]
+    t_on, t_off, t_np = best["on"], best["off"], best["numpy"]
     print(f"{name:7s} {din}-{hidden}x{layers} batch {batch:3d}: refimpl {t_on * 1e3:8.3f} ms  "
           f"numpy {t_np * 1e3:8.3f} ms  ratio {t_on / t_np:5.2f}  "
           f"overhead {(t_on - t_np) / n_ops * 1e6:6.2f} us/op ({n_ops} ops)  "
