@@ -1,0 +1,1 @@
+"""``paddle.distributed``: communication, passes, pipeline and data parallelism."""
