@@ -267,6 +267,26 @@ class PreparedBlock:
             if self.gc is not None:
                 self.gc.on_free = old_cb
 
+    def run_steps(self, indices, trace=None, rank=None, job=None):
+        """Run only the ops at ``indices`` (in that order), each followed by its frees."""
+        gc = self.gc
+        step = None
+        try:
+            for i in indices:
+                step = self.steps[i]
+                if trace is not None:
+                    trace.add("op", block=self.block.idx, op=i, op_type=step[3].type, rank=rank, job=job)
+                step[0]()
+                if gc is not None and step[1]:
+                    gc.add(step[1])
+        except Exception as exc:
+            raise self._op_error(step, exc) from exc
+
+    def free(self, names):
+        """Free these variables now (through the collector, if there is one)."""
+        if self.gc is not None:
+            self.gc.add([(n, self.tensor(n)) for n in names])
+
     def prepare_sub_block(self, block_idx, skip_vars=()):
         """A PreparedBlock for a sub-block, in a kid of this block's scope."""
         return PreparedBlock(self.program, block_idx, self.scope.new_scope(), self.persist_scope,
