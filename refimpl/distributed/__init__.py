@@ -1,1 +1,4 @@
 """``paddle.distributed``: communication, passes, pipeline and data parallelism."""
+from .collective import (Group, ReduceOp, all_gather, all_reduce, barrier, broadcast, get_backend,  # noqa: F401
+                         get_rank, get_world_size, init_parallel_env, new_group, recv, reduce, reduce_scatter, send)
+from .communication import run_hybrid, run_in_process  # noqa: F401

@@ -15,6 +15,7 @@ from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 from refimpl.core.scope import global_scope
 
 from .garbage_collector import Memory
+from .gc_plan import no_need_buffer_inputs
 from .prepared import PreparedBlock
 
 
@@ -55,8 +56,10 @@ class PlanExecutor:
         hit = self._cache.get(key)
         program = plan.program(job.type())
         if hit is None or hit[0] is not program or hit[1] != program._version:
+            keep = {n for t in plan.job_types() for op in plan.program(t).global_block().ops
+                    for n in no_need_buffer_inputs(op)}
             block = PreparedBlock(program, 0, scopes[job.micro_batch_id()], scope, self.place.backend,
-                                  skip, threshold, memory=self.memory)
+                                  skip, threshold, memory=self.memory, keep_meta=keep)
             hit = self._cache[key] = (program, program._version, block)
         return hit[2]
 

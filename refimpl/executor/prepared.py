@@ -96,7 +96,7 @@ def _runner(fn, ins, simple, outs, kw, single, mem, plain, meta):
 
 class PreparedBlock:
     def __init__(self, program, block_idx, scope, persist_scope, backend="numpy", skip_vars=(),
-                 gc_threshold=0, memory=None, run_ctx=None):
+                 gc_threshold=0, memory=None, run_ctx=None, keep_meta=()):
         self.program = program
         self.block = program.block(block_idx)
         self.scope = scope                  # where this block's temporaries live
@@ -107,8 +107,9 @@ class PreparedBlock:
         self.tensors = {}  # name -> DenseTensor, every var this block touches
         plan = eager_deletion_vars(program, skip_vars)[block_idx] if gc_threshold >= 0 else None
         self.gc_threshold = gc_threshold
-        # vars some op reads as no-need-buffer keep their shape when freed
-        self.keep_meta = {n for op in self.block.ops for n in no_need_buffer_inputs(op)}
+        # vars some op reads as no-need-buffer keep their shape when freed (``keep_meta``
+        # adds those that ops of other programs read, e.g. later jobs of a plan)
+        self.keep_meta = {n for op in self.block.ops for n in no_need_buffer_inputs(op)} | set(keep_meta)
         self.gc = GarbageCollector(self.memory, gc_threshold, self.keep_meta) if plan is not None else None
         self.steps = []
         for i, op in enumerate(self.block.ops):

@@ -1,0 +1,13 @@
+"""Pipeline parallelism helpers that are not scheduler passes.
+
+``simulator``: time the job lists of all ranks under a cost model, find
+deadlocks, measure bubbles and held activations (no Paddle counterpart; see
+its docstring).
+"""
+from .simulator import (Action, CostModel, ScheduleDeadlock, ScheduleError, Simulation,
+                        TimedJob, check_job_lists, parse_job, peak_in_flight, simulate,
+                        stage_map_for, stage_owner, virtual_stage)
+
+__all__ = ["Action", "CostModel", "ScheduleDeadlock", "ScheduleError", "Simulation",
+           "TimedJob", "check_job_lists", "parse_job", "peak_in_flight", "simulate",
+           "stage_map_for", "stage_owner", "virtual_stage"]
