@@ -112,7 +112,7 @@ class InProcessCommunicator(Communicator):
         self.calls = 0
 
     def _local(self):
-        """The ranks that meet in this process for a collective: (group indices, my index)."""
+        """Who meets here for a collective: (how many, my index among them, their global ranks)."""
         return self.nranks, self.rank, self.ranks
 
     def _collective(self, kind, args, x, combine):

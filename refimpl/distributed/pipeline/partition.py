@@ -106,9 +106,16 @@ def _follow(op, home, i):
     raise InvalidArgument(f"partition: cannot tell which stage op {i} ({op.type}) belongs to")
 
 
-def partition(program, pp_degree, vpp_degree=1, cuts=None):
-    """``[rank][chunk] -> Program`` with send_v2/recv_v2 between virtual stages."""
+def partition(program, pp_degree, vpp_degree=1, cuts=None, stage_map="interleaved"):
+    """``[rank][chunk] -> Program`` with send_v2/recv_v2 between virtual stages.
+
+    ``stage_map`` places virtual stages on ranks: "interleaved" (stage
+    ``c*P + r`` is chunk c of rank r) or "vshape" (odd chunks run backwards,
+    as ZB-VPP places them).
+    """
+    from .simulator import stage_owner
     nv = pp_degree * vpp_degree
+    owner = [stage_owner(v, pp_degree, stage_map) for v in range(nv)]
     stages = assign_stages(program, nv, cuts)
     block = program.global_block()
     ops = list(block.ops)
@@ -123,7 +130,7 @@ def partition(program, pp_degree, vpp_degree=1, cuts=None):
                 if src is None or src[0] == v or (n, v) in moved or not _transferable(block, n):
                     continue
                 moved.add((n, v))
-                send, recv = _transfer(block, n, src[0] % pp_degree, v % pp_degree, op)
+                send, recv = _transfer(block, n, src[0], owner[src[0]][0], owner[v][0], op)
                 if send is not None:
                     sends.setdefault(id(src[1]), []).append(send)
                     per_stage[v].append(("recv", recv))
@@ -132,7 +139,8 @@ def partition(program, pp_degree, vpp_degree=1, cuts=None):
             if stages[i] != LR:
                 for n in op.output_arg_names:
                     producer[n] = (v, item)
-    return [[_build(block, per_stage[c * pp_degree + r], sends) for c in range(vpp_degree)]
+    at = {owner[v]: v for v in range(nv)}
+    return [[_build(block, per_stage[at[(r, c)]], sends) for c in range(vpp_degree)]
             for r in range(pp_degree)]
 
 
@@ -154,13 +162,24 @@ def _check_shared_params(block, ops, stages):
                                 f"sharing a parameter across pipeline stages is not supported")
 
 
-def _transfer(block, name, src_rank, dst_rank, reader):
+def transfer_ring(src_stage, backward):
+    """The ring a transfer leaving virtual stage ``src_stage`` uses (one per stage and direction).
+
+    Every ring then carries the messages of one stage boundary in micro-batch
+    order, whatever order the ranks interleave their chunks in.
+    """
+    return 1 + 2 * src_stage + int(backward)
+
+
+def _transfer(block, name, src_stage, src_rank, dst_rank, reader):
     """The send_v2 / recv_v2 pair that moves ``name``; (None, None) within one rank."""
     if src_rank == dst_rank:
         return None, None
     var = block._find_var_recursive(name)
-    role = OpRole.Backward if reader.role() & OpRole.Backward or GRAD_SUFFIX in name else OpRole.Forward
-    common = {"ring_id": 0, OP_ROLE_ATTR: role, "use_calc_stream": True, "dynamic_shape": True}
+    backward = bool(reader.role() & OpRole.Backward) or GRAD_SUFFIX in name
+    role = OpRole.Backward if backward else OpRole.Forward
+    common = {"ring_id": transfer_ring(src_stage, backward), OP_ROLE_ATTR: role, "use_calc_stream": True,
+              "dynamic_shape": True}
     send = _Spec("send_v2", {"X": [name]}, {}, dict(common, peer=dst_rank))
     recv = _Spec("recv_v2", {}, {"Out": [name]},
                  dict(common, peer=src_rank, out_shape=list(var.shape or []),
@@ -238,21 +257,25 @@ def job_programs(chunks, job_types):
     return out
 
 
-def _kind(op, comm_jobs):
+def _kind(op):
     role = op.role()
     if role & (OpRole.Optimize | OpRole.LRSched):
-        return "optimizer"
-    if role & OpRole.Backward:
-        return "send_backward" if comm_jobs and op.type == "send_v2" else "backward"
-    return "recv_forward" if comm_jobs and op.type == "recv_v2" else "forward"
+        return "_optimizer_items"
+    return "backward" if role & OpRole.Backward else "forward"
 
 
 def _split_chunk(prog, comm_jobs, zero_bubble):
+    """Job programs of one chunk. ``recv_forward``/``send_backward`` jobs are markers here.
+
+    Their transfers stay inside the forward and backward programs: a receive
+    then happens right where its data is needed, which keeps every recorded
+    schedule free of deadlock (with a separate blocking receive job some
+    recorded VPP job lists would wait on each other).
+    """
     block = prog.global_block()
     items = {"forward": [], "backward": [], "recv_forward": [], "send_backward": [], "_optimizer_items": []}
     for op in block.ops:
-        items[_kind(op, comm_jobs) if _kind(op, comm_jobs) != "optimizer" else "_optimizer_items"].append(
-            ("op", op))
+        items[_kind(op)].append(("op", op))
     out = {k: _build(block, v, {}) for k, v in items.items() if k != "_optimizer_items"}
     out["_optimizer_items"] = items["_optimizer_items"]
     if zero_bubble:

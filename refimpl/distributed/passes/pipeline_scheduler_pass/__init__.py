@@ -17,6 +17,8 @@ apply it, return the Plan.
 """
 import os
 
+from refimpl.core.errors import InvalidArgument
+
 from ..pass_base import PassContext, new_pass
 from .pipeline_1f1b import Pipeline1F1BPass, one_f_one_b_schedule
 from .pipeline_eager_1f1b import PipelineEager1F1BPass, eager_1f1b_schedule
@@ -25,7 +27,6 @@ from .pipeline_pass_base import Action, PipelinePassBase, job_type
 from .pipeline_vpp import PipelineVirtualPipelinePass, vpp_schedule
 from .pipeline_zero_bubble import (PipelineZeroBubblePipelinePass, PipelineZeroBubbleVirtualPipelinePass,
                                    zbh1_schedule, zbvpp_schedules)
-from refimpl.core.errors import InvalidArgument
 
 SCHEDULES = ("FThenB", "1F1B", "Eager1F1B", "VPP", "ZBH1", "ZBVPP")
 
