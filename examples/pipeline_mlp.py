@@ -22,6 +22,7 @@ SCHEDULES = ["FThenB", "1F1B", "Eager1F1B", "VPP", "ZBH1", "ZBVPP"]
 
 
 def build(layers, width=16, din=8):
+    """An MLP: ``layers`` fc+tanh layers of ``width``, then fc to 1; loss mean(y^2); Adam."""
     main, startup = Program(), Program()
     with paddle.static.program_guard(main, startup), unique_name.guard():
         h = paddle.static.data("x", [None, din], "float32")

@@ -29,3 +29,15 @@ def test_benchmark_script_runs_and_prints_ratios():
     out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "mlp_step.py"), "--quick", "tiny"],
                          capture_output=True, text=True, check=True).stdout
     assert re.search(r"tiny .* ratio +[0-9.]+ .* us/op", out)
+
+
+def test_pipeline_benchmark_runs():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "pipeline.py"), "--quick"],
+                         capture_output=True, text=True, check=True, timeout=300).stdout
+    assert re.search(r"ratio +[0-9.]+", out) and "rank 3:" in out
+
+
+def test_schedule_command_prints_grid_and_bubble():
+    out = subprocess.run([sys.executable, "-m", "refimpl.cli", "schedule", "1F1B", "--stages", "4",
+                          "--micro-batches", "8"], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert "rank 3 |" in out and re.search(r"bubble ratio: 0\.2727", out)

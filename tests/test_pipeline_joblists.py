@@ -173,10 +173,28 @@ def test_pass_manager():
     assert ctx is pm.context and [p.name for p in ctx.passes] == pm.names
 
 
-def test_pipeline_pass_without_program_split_says_so():
-    p = new_pass("pipeline_scheduler_FThenB", {"num_micro_batches": 2})
-    with pytest.raises(NotImplementedError, match="partial_programs"):
-        p.apply(["main"], ["startup"])
+def test_pipeline_pass_applied_to_a_stage_program_builds_its_plan():
+    import refimpl as paddle
+    from refimpl.distributed.passes import PassContext
+    from refimpl.distributed.passes.gradient_accumulation import accumulate_gradients
+    from refimpl.distributed.pipeline.partition import partition
+    from refimpl.framework import Program, unique_name
+    main, startup = Program(), Program()
+    with paddle.static.program_guard(main, startup), unique_name.guard():
+        h = paddle.static.data("x", [None, 4], "float32")
+        for _ in range(2):
+            h = paddle.static.nn.fc(h, 4, activation="relu")
+        paddle.optimizer.SGD(0.1).minimize(paddle.mean(h))
+    accumulate_gradients(main, startup, 4)
+    stage1 = partition(main, 2, cuts=[3])[1][0]
+    ctx = PassContext()
+    new_pass("pipeline_scheduler_1F1B", {"num_micro_batches": 4, "pp_degree": 2, "pp_stage": 1}).apply(
+        [stage1], [startup], ctx)
+    plan = ctx.get_attr("plan")
+    assert [j.type() for j in plan.job_list()][:3] == ["recv_forward", "forward", "backward"]
+    fwd = [op.type for op in plan.program("forward").global_block().ops]
+    assert fwd[0] == "recv_v2" and "reduce_mean" in fwd
+    assert any(j.skip_gc_vars() for j in plan.job_list() if j.type() == "forward")
 
 
 def test_pipeline_pass_apply_builds_plan(monkeypatch):

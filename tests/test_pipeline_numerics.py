@@ -85,3 +85,45 @@ def test_all_schedules_under_mpiexec(n):
                           "--schedule", "all", "--steps", "2"], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("-> OK") == 6, out.stdout
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+def test_section_worker_on_two_stages(mode):
+    from refimpl.distributed.communication import context, run_in_process
+    from refimpl.distributed.passes.gradient_accumulation import accumulate_gradients
+    from refimpl.distributed.pipeline.partition import partition
+    from refimpl.distributed.section_worker import SectionWorker
+    main, startup, loss = pipeline_mlp.build(4)
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((8, 8)).astype("float32")} for _ in range(3)]
+    ref_losses, ref_params = pipeline_mlp.single_device(main, startup, loss, feeds, 0)
+    m, s = main.clone(), startup.clone()
+    accumulate_gradients(m, s, 4)
+    stages = partition(m, 2, cuts=pipeline_mlp.even_cuts(m, 2))
+    rings = sorted({op.attr("ring_id") for st in stages for op in st[0].global_block().ops
+                    if op.type in ("send_v2", "recv_v2")})
+    paddle.seed(0)
+    init_scope = paddle.static.Scope()
+    paddle.static.Executor().run(s, scope=init_scope)
+    init = {n: np.array(init_scope.find_var(n).get_tensor()) for n in init_scope.local_var_names()}
+
+    def rank_fn():
+        r = context.current().rank
+        for ring in rings:
+            context.current().add_group(ring, range(2))
+        scope = paddle.static.Scope()
+        for n, v in init.items():
+            scope.var(n).get_tensor().set(v)
+        prog = stages[r][0]
+        fetch = [loss.name] if loss.name in prog.global_block().vars else []
+        worker = SectionWorker(prog, r, 2, 4, mode, fetch_list=fetch)
+        outs = [worker.train(scope, f) for f in feeds]
+        losses = [float(o[0].mean()) if fetch else None for o in outs]
+        params = {n: np.array(scope.find_var(n).get_tensor()) for n, v in prog.global_block().vars.items()
+                  if v.is_parameter}
+        return losses, params
+    results = run_in_process(2, rank_fn, timeout=30)
+    np.testing.assert_allclose(results[1][0], ref_losses, rtol=1e-5)
+    for _, params in results:
+        for n, v in params.items():
+            np.testing.assert_allclose(v, ref_params[n], rtol=1e-5, atol=1e-6)

@@ -8,6 +8,8 @@ deletion inside the job except for the job's ``skip_gc_vars`` (the vars a
 later job reads) and the fetch targets. Each (job type, micro-batch) is
 prepared once and cached. Fetched values come back stacked per micro-batch.
 """
+import time
+
 import numpy as np
 
 from refimpl import flags
@@ -63,8 +65,11 @@ class PlanExecutor:
             hit = self._cache[key] = (program, program._version, block)
         return hit[2]
 
-    def run(self, plan, feed=None, fetch_list=None, scope=None, trace=None):
-        """Run every job of ``plan`` once; return the fetched vars, stacked per micro-batch."""
+    def run(self, plan, feed=None, fetch_list=None, scope=None, trace=None, timings=None):
+        """Run every job of ``plan`` once; return the fetched vars, stacked per micro-batch.
+
+        ``timings``, a dict, gets the wall seconds spent in each job type added to it.
+        """
         scope = scope if scope is not None else global_scope()
         n = plan.micro_batch_num()
         scopes = self._scopes(plan, scope, n)
@@ -77,7 +82,10 @@ class PlanExecutor:
         for job, block in zip(plan.job_list(), blocks):
             if trace is not None:
                 trace.add("job", op_type=job.type(), rank=self.rank, job=job.micro_batch_id(), extra="begin")
+            t0 = time.perf_counter() if timings is not None else 0.0
             block.run(trace, rank=self.rank, job=f"{job.type()}#{job.micro_batch_id()}")
+            if timings is not None:
+                timings[job.type()] = timings.get(job.type(), 0.0) + time.perf_counter() - t0
             if trace is not None:
                 trace.add("job", op_type=job.type(), rank=self.rank, job=job.micro_batch_id(), extra="end")
         return [self._fetch(name, scopes) for name in fetch_names]

@@ -1,8 +1,10 @@
-"""Pipeline parallelism helpers that are not scheduler passes.
+"""Pipeline parallelism beyond the scheduler passes.
 
-``simulator``: time the job lists of all ranks under a cost model, find
-deadlocks, measure bubbles and held activations (no Paddle counterpart; see
-its docstring).
+``partition``: cut a training program into per-rank, per-chunk stage programs
+with send/recv, and those into job programs. ``runner``: build every rank's
+Plan and train on in-process or MPI ranks. ``simulator``: time the job lists
+of all ranks under a cost model, find deadlocks, measure bubbles and held
+activations (no Paddle counterpart; see its docstring).
 """
 from .simulator import (Action, CostModel, ScheduleDeadlock, ScheduleError, Simulation,
                         TimedJob, check_job_lists, parse_job, peak_in_flight, simulate,

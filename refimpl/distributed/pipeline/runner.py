@@ -83,7 +83,7 @@ def initial_values(pipeline, seed=0):
             if scope.find_var(n).get_tensor()._is_initialized()}
 
 
-def train_rank(pipeline, rank, feeds, seed=0, initial=None):
+def train_rank(pipeline, rank, feeds, seed=0, initial=None, timings=None):
     """Initialise, then run one Plan per feed on ``rank``; return (losses, parameters).
 
     The persistables start from ``initial`` (see :func:`initial_values`), or
@@ -104,7 +104,8 @@ def train_rank(pipeline, rank, feeds, seed=0, initial=None):
     pe = PlanExecutor(rank=rank)
     losses = []
     for feed in feeds:
-        out = pe.run(plan, feed=feed, fetch_list=[pipeline.loss_name] if has_loss else [], scope=scope)
+        out = pe.run(plan, feed=feed, fetch_list=[pipeline.loss_name] if has_loss else [], scope=scope,
+                     timings=timings)
         losses.append(float(np.mean(out[0])) if has_loss else None)
     owned = {n for t in plan.job_types() for n, v in plan.program(t).global_block().vars.items()
              if v.is_parameter}

@@ -144,17 +144,20 @@ class PipelinePassBase(PassBase):
     def _partial_programs(self, program):
         """Split ``program`` into ``(job_types, sub_programs)``, one per job type.
 
-        Hook for the program-splitting code: either override it in a subclass
-        or set the attr ``"partial_programs"`` to a callable
-        ``fn(pass_obj, program) -> (job_types, sub_programs)``.
+        ``program`` is this rank's stage program (see
+        ``refimpl.distributed.pipeline.partition``); for schedules with several
+        chunks per stage, set the attr ``"chunk_programs"`` to the rank's
+        chunk programs. The attr ``"partial_programs"``, a callable
+        ``fn(pass_obj, program) -> (job_types, sub_programs)``, replaces the split.
         """
         split = self.get_attr("partial_programs")
-        if split is None:
-            raise Unimplemented(
-                f"{self.name}: splitting a program into per-job-type programs "
-                f"({self.required_job_types()}) is not wired yet; set the attr "
-                f"'partial_programs' to fn(pass_obj, program) -> (job_types, sub_programs)")
-        return split(self, program)
+        if split is not None:
+            return split(self, program)
+        from refimpl.distributed.pipeline.partition import job_programs
+        chunks = self.get_attr("chunk_programs") or [program]
+        types = self.required_job_types()
+        progs = job_programs(chunks, types)
+        return types, [progs[t] for t in types]
 
     def _apply_single_impl(self, main_program, startup_program, context):
         job_types, sub_programs = self._partial_programs(main_program)
