@@ -1,0 +1,101 @@
+"""``python -m refimpl.distributed.launch``: start a training script on N ranks.
+
+Mirrors ``paddle.distributed.launch`` for collective jobs, with MPI as the
+engine instead of Paddle's own process controller:
+
+* ``--nproc_per_node N train.py args...`` runs ``mpiexec -n N`` (the ``mpich``
+  wheel's, or any on PATH); each rank re-enters this module, which sets the
+  ``PADDLE_*`` environment Paddle's launcher sets (``PADDLE_TRAINER_ID``,
+  ``PADDLE_TRAINERS_NUM``, ``PADDLE_TRAINER_ENDPOINTS``,
+  ``PADDLE_CURRENT_ENDPOINT``, ``PADDLE_RANK_IN_NODE``, ``PADDLE_LOCAL_SIZE``...)
+  from its MPI rank and runs the script, so role makers work unchanged;
+* ``--hostfile FILE`` is passed to ``mpiexec`` to span several machines;
+* ``--in-process`` runs the N ranks as threads of this process instead (the
+  script sees its rank through the rank context, not the environment, since
+  threads share one environment).
+
+The launcher's exit code is non-zero when any rank fails.
+"""
+import argparse
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+
+BASE_PORT = 6170
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="python -m refimpl.distributed.launch", description=__doc__.splitlines()[0])
+    p.add_argument("--nproc_per_node", type=int, default=1, help="ranks to start (per machine)")
+    p.add_argument("--nnodes", type=int, default=1, help="machines (with --hostfile)")
+    p.add_argument("--hostfile", default=None, help="hosts file passed to mpiexec (-f)")
+    p.add_argument("--in-process", dest="in_process", action="store_true", help="ranks as threads of one process")
+    p.add_argument("--timeout", type=float, default=300, help="seconds a rank may wait for another (in-process)")
+    p.add_argument("--_rank_child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("script")
+    p.add_argument("script_args", nargs=argparse.REMAINDER)
+    return p
+
+
+def paddle_env(rank, world_size, local_rank, local_size, host="127.0.0.1"):
+    """The PADDLE_* variables Paddle's launcher gives rank ``rank`` of a collective job."""
+    endpoints = ",".join(f"{host}:{BASE_PORT + i}" for i in range(world_size))
+    return {
+        "PADDLE_TRAINER_ID": str(rank), "PADDLE_TRAINERS_NUM": str(world_size),
+        "PADDLE_TRAINER_ENDPOINTS": endpoints, "PADDLE_CURRENT_ENDPOINT": f"{host}:{BASE_PORT + rank}",
+        "PADDLE_RANK_IN_NODE": str(local_rank), "PADDLE_LOCAL_SIZE": str(local_size),
+        "PADDLE_LOCAL_RANK": str(local_rank), "PADDLE_WORLD_SIZE": str(world_size),
+        "PADDLE_GLOBAL_SIZE": str(world_size), "PADDLE_GLOBAL_RANK": str(rank),
+        "TRAINING_ROLE": "TRAINER", "PADDLE_DISTRI_BACKEND": "mpi",
+    }
+
+
+def _run_script(script, args):
+    sys.argv = [script] + list(args)
+    runpy.run_path(script, run_name="__main__")
+
+
+def _child(args):
+    """Inside mpiexec: set this rank's PADDLE_* environment, then run the script."""
+    rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", 0)))
+    size = int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", 1)))
+    local = int(os.environ.get("MPI_LOCALRANKID", rank % args.nproc_per_node))
+    os.environ.update(paddle_env(rank, size, local, args.nproc_per_node))
+    _run_script(args.script, args.script_args)
+    return 0
+
+
+def _in_process(args):
+    from refimpl.distributed.communication import RankFailed, run_in_process
+    try:
+        run_in_process(args.nproc_per_node, _run_script, args.script, args.script_args, timeout=args.timeout)
+    except RankFailed as exc:
+        print(f"refimpl.distributed.launch: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _mpiexec():
+    here = os.path.dirname(sys.executable)
+    for cand in (os.path.join(here, "mpiexec"), shutil.which("mpiexec")):
+        if cand and os.path.exists(cand):
+            return cand
+    raise SystemExit("refimpl.distributed.launch: mpiexec not found; pip install mpich, or use --in-process")
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    if args.nproc_per_node < 1:
+        raise SystemExit(f"refimpl.distributed.launch: --nproc_per_node must be >= 1, got {args.nproc_per_node}")
+    if args._rank_child:
+        return _child(args)
+    if args.in_process:
+        return _in_process(args)
+    cmd = [_mpiexec()]
+    if args.hostfile:
+        cmd += ["-f", args.hostfile]
+    cmd += ["-n", str(args.nproc_per_node * args.nnodes), sys.executable, "-m", "refimpl.distributed.launch",
+            "--_rank_child", "--nproc_per_node", str(args.nproc_per_node), args.script] + args.script_args
+    return subprocess.call(cmd)
