@@ -93,8 +93,11 @@ class DenseTensor:
         return self._place
 
     def __array__(self, dtype=None, copy=None):
+        """``np.array(t)`` copies (NumPy's default ``copy=True``); ``np.asarray(t)`` may share."""
         arr = np.asarray(self._check())
-        return arr.astype(dtype) if dtype is not None else arr
+        if dtype is not None and arr.dtype != np.dtype(dtype):
+            return arr.astype(dtype)
+        return arr.copy() if copy else arr
 
     def __repr__(self):
         if self._array is None:

@@ -33,6 +33,17 @@ def params_grads_of(program):
     return pairs
 
 
+def create_merge_buffer(block, startup_block, param_name):
+    """The persistable ``{param}@GRAD@MERGE`` var of ``block``, zero-filled by ``startup_block``."""
+    p = block.var(param_name)
+    name = param_name + MERGE_SUFFIX
+    merge = block.create_var(name=name, shape=p.shape, dtype=p.dtype, persistable=True)
+    smerge = startup_block.create_var(name=name, shape=p.shape, dtype=p.dtype, persistable=True)
+    startup_block.append_op(type="fill_constant", outputs={"Out": smerge},
+                            attrs={"shape": list(p.shape), "dtype": to_vartype(p.dtype), "value": 0.0})
+    return merge
+
+
 def _last_writer(block, name):
     for i in range(len(block.ops) - 1, -1, -1):
         if name in block.ops[i].output_arg_names and not block.ops[i].role() & OpRole.Optimize:
@@ -50,12 +61,8 @@ def accumulate_gradients(main, startup, k_steps, avg=True, params_grads=None):
         raise InvalidArgument("gradient accumulation: the program has no optimizer ops with op_role_var")
     merged = []
     for p_name, g_name in pairs:
-        p = block.var(p_name)
-        merge_name = p_name + MERGE_SUFFIX
-        merge = block.create_var(name=merge_name, shape=p.shape, dtype=p.dtype, persistable=True)
-        smerge = sblock.create_var(name=merge_name, shape=p.shape, dtype=p.dtype, persistable=True)
-        sblock.append_op(type="fill_constant", outputs={"Out": smerge},
-                         attrs={"shape": list(p.shape), "dtype": to_vartype(p.dtype), "value": 0.0})
+        merge = create_merge_buffer(block, sblock, p_name)
+        merge_name = merge.name
         at = _last_writer(block, g_name) + 1
         block._insert_op(at, type="elementwise_add", inputs={"X": [g_name], "Y": [merge]},
                          outputs={"Out": [merge]},
