@@ -82,6 +82,17 @@ class Scope:
     def drop_kids(self):
         self._kids.clear()
 
+    def delete_scope(self, kid):
+        """Forget one kid scope (Paddle's ``Scope::DeleteScope``)."""
+        self._kids = [k for k in self._kids if k is not kid]
+
+    def share_var(self, var):
+        """Hold the very same variable as another scope does (its value is shared, not copied)."""
+        if not isinstance(var, ScopeVar):
+            raise InvalidArgument(f"Scope.share_var expects a scope variable, got {type(var).__name__}")
+        self._vars[var.name] = var
+        return var
+
     def has_kid(self, scope):
         return any(k is scope for k in self._kids)
 

@@ -136,11 +136,12 @@ class Executor:
 
     def run(self, program=None, feed=None, fetch_list=None, feed_var_name="feed",
             fetch_var_name="fetch", scope=None, return_numpy=True, use_program_cache=True,
-            trace=None):
+            trace=None, return_merged=True):
         if program is None:
             program = default_main_program()
         if hasattr(program, "_run_with_executor"):  # CompiledProgram and friends
-            return program._run_with_executor(self, feed, fetch_list, scope, return_numpy, trace)
+            return program._run_with_executor(self, feed, fetch_list, scope, return_numpy, trace,
+                                              return_merged=return_merged)
         if not isinstance(program, Program):
             raise InvalidArgument(f"Executor.run expects a Program, got {type(program).__name__}")
         scope = scope if scope is not None else global_scope()

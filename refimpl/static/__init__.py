@@ -12,3 +12,4 @@ from .layer_helper import ParamAttr
 from .control_flow import cond
 
 nn.cond = cond
+from .compiled_program import BuildStrategy, CompiledProgram, cpu_places

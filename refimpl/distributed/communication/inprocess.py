@@ -61,6 +61,11 @@ class InProcessWorld:
         self.mail = collections.defaultdict(collections.deque)  # (ring_id, src, dst) -> arrays
         self.group_ranks = {}         # ring_id -> ranks, the same on every rank
 
+    def reset(self):
+        """Forget which ranks finished, so the same world (and its rings) can run again."""
+        with self.cond:
+            self.finished.clear()
+
     def context(self, rank):
         """A new rank context for ``rank`` (with the world group, ring 0)."""
         return RankContext(rank, self.nranks, self)

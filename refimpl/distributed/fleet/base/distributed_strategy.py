@@ -1,0 +1,413 @@
+"""``DistributedStrategy``: every distributed-training setting in one object.
+
+Mirrors ``paddle.distributed.fleet.DistributedStrategy`` of Paddle 3.3.1:
+the same public properties with the same defaults (those of the
+``paddle.fleet.DistributedStrategy`` protobuf message, kept here as a
+:class:`~.strategy_message.Message` in ``strategy.strategy``), and the same
+setter behaviour:
+
+* switches (``amp``, ``pipeline`` ...) and number settings ignore a value of
+  the wrong type with a warning on the ``refimpl.distributed.fleet`` logger
+  (``amp should have value of bool type``); ``a_sync`` / ``adam_d2sum``
+  raise ``ValueError``, ``fp16_allreduce`` ``TypeError`` and
+  ``last_comm_group_size_MB`` rejects values <= 0;
+* ``*_configs`` setters reject unknown keys naming the key (an
+  ``InvalidArgument`` that is also Paddle's ``AssertionError``), then set
+  the keys in order with protobuf's type rules: repeated fields (e.g.
+  ``recompute_configs["checkpoints"]``) are *extended*; a failing key keeps
+  the keys before it;
+* ``hybrid_configs`` takes ``order`` (-> ``hybrid_parallel_order``),
+  ``mp_configs`` (``sync_param_name`` -> ``sync_param_name``) and
+  ``pp_configs`` as nested dicts;
+* setting an attribute that does not exist raises ``TypeError``;
+* ``_is_strict_auto()`` is true while ``auto`` is on and no other setter of
+  any strategy has run in this process (module-wide state, as in Paddle).
+
+Differences: getters return plain dicts and lists where Paddle returns
+protobuf objects; ``hybrid_configs`` never mutates the caller's dict
+(Paddle pops ``mp_configs``/``pp_configs`` and ``sync_param_name`` from it);
+``fleet_desc_configs`` checks keys and classes and records the table names,
+classes and sizes only (refimpl has no parameter server); ``_enable_env`` is
+a no-op (refimpl has none of those flags). Additions: ``to_dict`` /
+``from_dict`` and ``to_json`` / ``from_json`` (lossless round trip), and
+``_unimplemented_enabled()``, the enabled settings refimpl cannot apply.
+"""
+import copy
+import json
+import logging
+
+from refimpl.core.errors import InvalidArgument
+
+from .build_strategy import BuildStrategy, ReduceStrategy
+from .compat_errors import InvalidArgumentType
+from .strategy_message import Message, assign, check_keys, merge_dict, parse_text, to_text
+
+logger = logging.getLogger("refimpl.distributed.fleet")
+
+#: Paddle's module flag: False once any strict-auto-breaking setter has run
+non_auto_func_called = True
+
+
+def _breaks_strict_auto(fset):
+    def setter(self, value):
+        global non_auto_func_called
+        non_auto_func_called = False
+        return fset(self, value)
+    return setter
+
+
+def _switch(name, kind=bool, field=None, warning=None, strict=True):
+    """A bool/int/float property; a value that is not a ``kind`` is ignored with a warning."""
+    field = field or name
+    warning = warning or f"{name} should have value of {kind.__name__} type"
+
+    def fset(self, value):
+        if isinstance(value, kind):
+            self.strategy.set(field, value)
+        else:
+            logger.warning(warning)
+    return property(lambda self: self.strategy.get(field), _breaks_strict_auto(fset) if strict else fset,
+                    doc=f"``{field}`` of the strategy message ({kind.__name__}).")
+
+
+def _configs(name, label=None, strict=True):
+    """A ``*_configs`` property: a dict getter; the setter checks keys, then assigns them in order."""
+    def fset(self, configs):
+        msg = self.strategy.get(name)
+        check_keys(msg, configs, label or name)
+        assign(msg, configs)
+    return property(lambda self: self.strategy.get(name).to_dict(), _breaks_strict_auto(fset) if strict else fset,
+                    doc=f"The ``{name}`` message as a dict; setting merges the given keys.")
+
+
+def _strict_bool(name, error):
+    def fset(self, flag):
+        if not isinstance(flag, bool):
+            raise error(self, flag)
+        self.strategy.set(name, flag)
+        if name == "a_sync":  # Paddle resets the step count whenever a_sync is set
+            self.a_sync_configs = {"k_steps": 0}
+    return property(lambda self: self.strategy.get(name), _breaks_strict_auto(fset), doc=f"``{name}`` (bool).")
+
+
+def _bad_flag(self, flag):
+    return InvalidArgument(  # a ValueError, as in Paddle
+        f"The type of `flag` is invalid, expected type is bool, but received {type(flag)}")
+
+
+# Unsupported by refimpl when switched on (see _unimplemented_enabled)
+UNIMPLEMENTED_SWITCHES = ("amp", "recompute", "localsgd", "adaptive_localsgd", "dgc", "lars", "lamb", "sharding",
+                          "tensor_parallel", "asp", "qat", "fp16_allreduce", "elastic", "auto", "semi_auto",
+                          "auto_search", "heter_ccl_mode", "is_fl_ps_mode", "sync_batch_norm",
+                          "use_hierarchical_allreduce", "fuse_grad_merge", "adam_d2sum")
+_UNIMPLEMENTED_DEGREES = ("mp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",
+                          "moe_sharding_degree")
+_FLEET_DESC_KEYS = (  # the per-table keys Paddle's fleet_desc_configs accepts
+    "sparse_table_class sparse_compress_in_save sparse_shard_num sparse_accessor_class sparse_learning_rate "
+    "sparse_initial_g2sum sparse_initial_range sparse_weight_bounds sparse_fea_dim sparse_embedx_dim "
+    "sparse_embedx_threshold sparse_nonclk_coeff sparse_click_coeff sparse_base_threshold sparse_delta_threshold "
+    "sparse_delta_keep_days sparse_delete_after_unseen_days sparse_show_click_decay_rate sparse_delete_threshold "
+    "sparse_converter sparse_deconverter sparse_enable_cache sparse_cache_rate sparse_cache_file_num "
+    "sparse_beta1_decay_rate sparse_beta2_decay_rate sparse_ada_epsilon sparse_optimizer "
+    "sparse_ssd_unseenday_threshold embed_sparse_optimizer embed_sparse_learning_rate embed_sparse_weight_bounds "
+    "embed_sparse_initial_range embed_sparse_initial_g2sum embed_sparse_beta1_decay_rate "
+    "embed_sparse_beta2_decay_rate embedx_sparse_optimizer embedx_sparse_learning_rate "
+    "embedx_sparse_weight_bounds embedx_sparse_initial_range embedx_sparse_initial_g2sum "
+    "embedx_sparse_beta1_decay_rate embedx_sparse_beta2_decay_rate feature_learning_rate nodeid_slot "
+    "sparse_load_filter_slots sparse_save_filter_slots sparse_zero_init use_gpu_graph").split()
+_TABLE_CLASSES = {"DownpourSparseTable": "MemorySparseTable", "DownpourSparseSSDTable": "SSDSparseTable"}
+_ACCESSOR_CLASSES = ("DownpourSparseValueAccessor", "DownpourCtrAccessor", "DownpourCtrDoubleAccessor",
+                     "DownpourUnitAccessor", "DownpourDoubleUnitAccessor", "DownpourCtrDymfAccessor")
+
+
+class DistributedStrategy:
+    """All distributed-training settings (see the module docstring for the rules)."""
+
+    _locked = False
+
+    def __init__(self):
+        self.strategy = Message("DistributedStrategy")
+        self.hybrid_parallel_order = ["dp", "pp", "sharding", "sep", "cp", "mp"]
+        self.sync_param_name = ["embedding", "layer_norm", ".b_"]
+        self._locked = True
+        logger.info("distributed strategy initialized")
+
+    def __setattr__(self, key, value):
+        if self._locked and not hasattr(self, key) and key not in self.strategy.fields:
+            raise InvalidArgumentType(f"{key} is not a attribute of {type(self).__name__}")
+        object.__setattr__(self, key, value)
+
+    # ---- switches: a wrong type is ignored with a warning ----------------------
+    amp = _switch("amp")
+    asp = _switch("asp")
+    recompute = _switch("recompute")
+    sync_nccl_allreduce = _switch("sync_nccl_allreduce")
+    use_hierarchical_allreduce = _switch("use_hierarchical_allreduce")
+    sync_batch_norm = _switch("sync_batch_norm")
+    fuse_all_reduce_ops = _switch("fuse_all_reduce_ops")
+    find_unused_parameters = _switch("find_unused_parameters")
+    sharding = _switch("sharding")
+    without_graph_optimization = _switch("without_graph_optimization")
+    _calc_comm_same_stream = _switch("_calc_comm_same_stream", field="calc_comm_same_stream",
+                                     warning="calc_comm_same_stream should have value of boolean type")
+    fuse_grad_merge = _switch("fuse_grad_merge", warning="fuse_grad_merge should have value of boolean type")
+    is_fl_ps_mode = _switch("is_fl_ps_mode")
+    is_with_coordinator = _switch("is_with_coordinator", field="with_coordinator",
+                                  warning="with_coordinator should have value of bool type")
+    pipeline = _switch("pipeline")
+    tensor_parallel = _switch("tensor_parallel")
+    localsgd = _switch("localsgd")
+    adaptive_localsgd = _switch("adaptive_localsgd")
+    dgc = _switch("dgc")
+    gradient_merge = _switch("gradient_merge")
+    lars = _switch("lars")
+    lamb = _switch("lamb")
+    elastic = _switch("elastic")
+    cudnn_exhaustive_search = _switch("cudnn_exhaustive_search")
+    cudnn_batchnorm_spatial_persistent = _switch("cudnn_batchnorm_spatial_persistent")
+    auto = _switch("auto", strict=False)
+    semi_auto = _switch("semi_auto", warning="semi-auto should have value of bool type", strict=False)
+    auto_search = _switch("auto_search", warning="auto-search should have value of bool type", strict=False)
+    split_data = _switch("split_data", strict=False)
+    qat = _switch("qat", strict=False)
+    heter_ccl_mode = _switch("heter_ccl_mode", strict=False)
+    nccl_comm_num = _switch("nccl_comm_num", int)
+    hierarchical_allreduce_inter_nranks = _switch("hierarchical_allreduce_inter_nranks", int)
+    fuse_grad_size_in_MB = _switch("fuse_grad_size_in_MB", int)
+    fuse_grad_size_in_num = _switch("fuse_grad_size_in_num", int,
+                                    warning="fuse_grad_size_in_num should have value of int32 type")
+    conv_workspace_size_limit = _switch("conv_workspace_size_limit", int)
+    _fuse_grad_size_in_TFLOPS = _switch("_fuse_grad_size_in_TFLOPS", float, field="fuse_grad_size_in_TFLOPS",
+                                        warning="fuse_grad_size_in_TFLOPS should have value of float type")
+    # ---- switches that raise ----------------------------------------------------------
+    a_sync = _strict_bool("a_sync", _bad_flag)
+    adam_d2sum = _strict_bool("adam_d2sum", _bad_flag)
+    fp16_allreduce = _strict_bool("fp16_allreduce",
+                                  lambda self, flag: InvalidArgumentType("fp16_allreduce must be value of bool type"))
+
+    @property
+    def last_comm_group_size_MB(self):
+        return self.strategy.get("last_comm_group_size_MB")
+
+    @last_comm_group_size_MB.setter
+    @_breaks_strict_auto
+    def last_comm_group_size_MB(self, value):
+        if not value > 0:
+            raise InvalidArgument("last_comm_group_size_MB should be greater than 0")
+        self.strategy.set("last_comm_group_size_MB", value)
+
+    # ---- config dicts -------------------------------------------------------------------
+    amp_configs = _configs("amp_configs")
+    recompute_configs = _configs("recompute_configs", label="checkpoint_configs")
+    sharding_configs = _configs("sharding_configs")
+    pipeline_configs = _configs("pipeline_configs")
+    tensor_parallel_configs = _configs("tensor_parallel_configs")
+    localsgd_configs = _configs("localsgd_configs")
+    adaptive_localsgd_configs = _configs("adaptive_localsgd_configs")
+    dgc_configs = _configs("dgc_configs")
+    gradient_merge_configs = _configs("gradient_merge_configs", label="gradient_configs")
+    lars_configs = _configs("lars_configs")
+    lamb_configs = _configs("lamb_configs")
+    a_sync_configs = _configs("a_sync_configs")
+    trainer_desc_configs = _configs("trainer_desc_configs")
+    fs_client_param = _configs("fs_client_param")
+    gradient_scale_configs = _configs("gradient_scale_configs")
+    qat_configs = _configs("qat_configs", strict=False)
+
+    @property
+    def hybrid_configs(self):
+        """Degrees of data/model/pipeline/sharding/sep parallelism and their nested configs."""
+        return self.strategy.get("hybrid_configs").to_dict()
+
+    @hybrid_configs.setter
+    def hybrid_configs(self, configs):
+        configs = copy.deepcopy(configs)  # never touch the caller's dict
+        if "order" in configs:
+            self.hybrid_parallel_order = configs.pop("order")
+        msg = self.strategy.get("hybrid_configs")
+        check_keys(msg, configs, "hybrid_configs")
+        mp = configs.pop("mp_configs", None)
+        if mp is not None:
+            if "sync_param_name" in mp:
+                self.sync_param_name = mp.pop("sync_param_name")
+            assign(msg.get("mp_configs"), mp)
+        pp = configs.pop("pp_configs", None)
+        if pp is not None:
+            assign(msg.get("pp_configs"), pp)
+        assign(msg, configs)
+
+    @property
+    def build_strategy(self):
+        """A new :class:`BuildStrategy` holding the fields stored in the strategy."""
+        bs = BuildStrategy()
+        for name, value in self.strategy.get("build_strategy").to_dict().items():
+            setattr(bs, name, ReduceStrategy(value) if name == "reduce_strategy" else value)
+        return bs
+
+    @build_strategy.setter
+    @_breaks_strict_auto
+    def build_strategy(self, build_strategy):
+        msg = self.strategy.get("build_strategy")
+        for name, f in msg.fields.items():  # copies every field the message has, as Paddle does
+            value = getattr(build_strategy, name)
+            if f.repeated:
+                msg.extend(name, value)
+            else:
+                msg.set(name, int(value) if name == "reduce_strategy" else value)
+
+    @property
+    def sparse_table_configs(self):
+        """The parameter-server tables (``downpour_table_param``), as dicts."""
+        return [t.to_dict() for t in self.strategy.get("downpour_table_param")]
+
+    @sparse_table_configs.setter
+    @_breaks_strict_auto
+    def sparse_table_configs(self, configs):
+        if not configs:
+            logger.info("table configs is empty")
+        for table_name, flat in (configs or {}).items():
+            table = Message("TableParameter", {"table_name": table_name})
+            _fill_table(table, "table_parameters." + table_name, flat)
+            self.strategy.get("downpour_table_param").append(table)
+
+    fleet_desc_configs = property(sparse_table_configs.fget, doc="The parameter-server tables, as dicts.")
+
+    @fleet_desc_configs.setter
+    def fleet_desc_configs(self, configs):
+        if not configs:
+            logger.info("fleet desc config is empty")
+        for table_name, config in (configs or {}).items():
+            if table_name in ("dense_table", "datanorm_table") or type(config) is not dict:
+                continue
+            unknown = [k for k in config if k not in _FLEET_DESC_KEYS]
+            if unknown:
+                raise InvalidArgument(f"strategy key '{unknown[0]}' not support")
+            table_class = config.get("sparse_table_class", "DownpourSparseTable")
+            if table_class not in _TABLE_CLASSES:
+                raise InvalidArgument(
+                    f"support sparse_table_class: {list(_TABLE_CLASSES)}, but actual {table_class}")
+            accessor = config.get("sparse_accessor_class", "DownpourCtrAccessor")
+            if accessor not in _ACCESSOR_CLASSES:
+                raise InvalidArgument(
+                    f"support sparse_accessor_class: {list(_ACCESSOR_CLASSES)}, but actual {accessor}")
+            embedx_dim = config.get("sparse_embedx_dim", 8)
+            self.strategy.get("downpour_table_param").append(Message("TableParameter", {
+                "table_name": table_name, "table_class": _TABLE_CLASSES[table_class],
+                "shard_num": config.get("sparse_shard_num", 1000),
+                "accessor": {"accessor_class": accessor, "embedx_dim": embedx_dim, "fea_dim": embedx_dim + 3}}))
+
+    # ---- Paddle's helpers ------------------------------------------------------------------
+    def _is_strict_auto(self):
+        """Auto mode with nothing else configured (``auto`` on, no other setter called yet)."""
+        return bool(self.strategy.get("auto")) and non_auto_func_called
+
+    def _enable_env(self):
+        """Paddle copies a few settings into global flags here; refimpl has none of those flags."""
+
+    def save_to_prototxt(self, output):
+        """Write the set fields in protobuf text format (Paddle's prototxt)."""
+        with open(output, "w") as f:
+            f.write(to_text(self.strategy))
+
+    def load_from_prototxt(self, pb_file):
+        """Merge a prototxt written by Paddle or :meth:`save_to_prototxt` into this strategy."""
+        with open(pb_file) as f:
+            parse_text(self.strategy, f.read())
+
+    # ---- refimpl additions -------------------------------------------------------------------
+    def to_dict(self, only_set=True):
+        """The settings as plain data (``only_set``: just the fields that were set, like prototxt)."""
+        return {"strategy": self.strategy.to_dict(only_set=only_set),
+                "hybrid_parallel_order": list(self.hybrid_parallel_order),
+                "sync_param_name": list(self.sync_param_name)}
+
+    @classmethod
+    def from_dict(cls, data):
+        """A new strategy from :meth:`to_dict` output."""
+        s = cls()
+        merge_dict(s.strategy, data.get("strategy", {}))
+        for key in ("hybrid_parallel_order", "sync_param_name"):
+            if key in data:
+                setattr(s, key, list(data[key]))
+        return s
+
+    def to_json(self, only_set=True, **dump_kwargs):
+        return json.dumps(self.to_dict(only_set), **dump_kwargs)
+
+    @classmethod
+    def from_json(cls, text):
+        return cls.from_dict(json.loads(text))
+
+    def _unimplemented_enabled(self, is_collective=True):
+        """The enabled settings refimpl cannot apply, e.g. ``["amp", "hybrid_configs.mp_degree"]``.
+
+        ``a_sync`` (on by default) only matters for parameter-server training,
+        so it is listed only when ``is_collective`` is False.
+        """
+        out = [name for name in UNIMPLEMENTED_SWITCHES if getattr(self, name) is True]
+        if not is_collective and self.a_sync:
+            out.append("a_sync")
+        hybrid = self.strategy.get("hybrid_configs")
+        out += [f"hybrid_configs.{k}" for k in _UNIMPLEMENTED_DEGREES if hybrid.get(k) > 1]
+        return out
+
+    def __repr__(self):
+        return _overview(self)
+
+
+def _fill_table(msg, prefix, flat, index=0):
+    """Paddle's ``sparse_table_configs`` walk: keys are dotted field paths under ``prefix``."""
+    for name, f in msg.fields.items():
+        key = f"{prefix}.{name}"
+        if f.message and f.repeated:
+            for i in range(flat.get(key + ".num", 0)):
+                child = Message(f.message)
+                _fill_table(child, key, flat, i)
+                msg.get(name).append(child)
+        elif f.message:
+            _fill_table(msg.get(name), key, flat, index)
+        elif key in flat:
+            value = flat[key]
+            if f.repeated:
+                msg.extend(name, value)
+            else:
+                msg.set(name, value[index] if type(value) is list else value)
+
+
+def _overview(s, key_width=38, value_width=38):
+    """The boxed table Paddle prints for a strategy: enabled strategies with their configs, then the rest."""
+    width = key_width + value_width + 2
+    border, line = "    +" + "=" * width + "+\n", "    +" + "-" * width + "+\n"
+
+    def title(text):
+        return f"    |{text:^{width}}|\n"
+
+    def row(key, value):
+        return f"    |{key:>{key_width}}  {str(value):^{value_width}}|\n"
+
+    msg = s.strategy
+    out = border + title("") + title("DistributedStrategy Overview") + title("")
+    env = line
+    for name, f in msg.fields.items():
+        if name == "build_strategy" or name.endswith("_configs") or f.message or f.repeated:
+            continue
+        value = msg.get(name)
+        if f.type == "bool" and name + "_configs" in msg.fields:
+            if value:
+                out += border + title(f"{name}=True <-> {name}_configs") + line
+                configs = msg.get(name + "_configs")
+                for key, cf in configs.fields.items():
+                    v = configs.get(key)
+                    if cf.repeated and not cf.message:
+                        out += "".join(row(key if i == 0 else "", x) for i, x in enumerate(v))
+                    elif not cf.message and not cf.repeated:
+                        out += row(key, v)
+        else:
+            env += row(name, value)
+    out += border + title("Environment Flags, Communication Flags") + env + border + title("Build Strategy") + line
+    for name, value in msg.get("build_strategy").to_dict().items():
+        out += row(name, value)
+    return out + border
+
+
+__all__ = ["DistributedStrategy", "BuildStrategy", "UNIMPLEMENTED_SWITCHES"]
