@@ -6,7 +6,8 @@ them. The ``Fleet`` class and its module-level functions (``init``,
 ``distributed_optimizer`` ...) are added here by their own module.
 """
 from .base.distributed_strategy import DistributedStrategy
-from .base.role_maker import MPIRoleMaker, PaddleCloudRoleMaker, Role, RoleMakerBase, UserDefinedRoleMaker
+from .base.mpi_role_maker import MPIRoleMaker
+from .base.role_maker import PaddleCloudRoleMaker, Role, RoleMakerBase, UserDefinedRoleMaker
 from .base.topology import CommunicateTopology, HybridCommunicateGroup, ParallelMode
 
 __all__ = ["DistributedStrategy", "Role", "RoleMakerBase", "PaddleCloudRoleMaker", "UserDefinedRoleMaker",

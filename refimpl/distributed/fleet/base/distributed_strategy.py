@@ -24,12 +24,15 @@ setter behaviour:
   any strategy has run in this process (module-wide state, as in Paddle).
 
 Differences: getters return plain dicts and lists where Paddle returns
-protobuf objects; ``hybrid_configs`` never mutates the caller's dict
-(Paddle pops ``mp_configs``/``pp_configs`` and ``sync_param_name`` from it);
-``fleet_desc_configs`` checks keys and classes and records the table names,
-classes and sizes only (refimpl has no parameter server); ``_enable_env`` is
-a no-op (refimpl has none of those flags). Additions: ``to_dict`` /
-``from_dict`` and ``to_json`` / ``from_json`` (lossless round trip), and
+protobuf objects (``build_strategy`` gives a new
+``refimpl.static.BuildStrategy``); ``hybrid_configs`` never mutates the
+caller's dict (Paddle pops ``mp_configs`` / ``pp_configs`` and
+``sync_param_name`` from it); ``recompute_configs["refined_ops_patterns"]``
+takes a list of dicts with their values (Paddle appends empty patterns);
+``fleet_desc_configs`` checks keys and classes but records only the table
+names, classes and sizes (refimpl has no parameter server); ``_enable_env``
+is a no-op (refimpl has none of those flags). Additions: ``to_dict`` /
+``from_dict`` and ``to_json`` / ``from_json`` (a lossless round trip), and
 ``_unimplemented_enabled()``, the enabled settings refimpl cannot apply.
 """
 import copy
@@ -37,9 +40,10 @@ import json
 import logging
 
 from refimpl.core.errors import InvalidArgument
+from refimpl.static.build_strategy import BuildStrategy, ReduceStrategy
 
-from .build_strategy import BuildStrategy, ReduceStrategy
 from .compat_errors import InvalidArgumentType
+from .ps_table_configs import fleet_desc_tables, sparse_tables
 from .strategy_message import Message, assign, check_keys, merge_dict, parse_text, to_text
 
 logger = logging.getLogger("refimpl.distributed.fleet")
@@ -81,16 +85,17 @@ def _configs(name, label=None, strict=True):
 
 
 def _strict_bool(name, error):
+    """A bool property whose setter raises ``error(value)`` for a non-bool."""
     def fset(self, flag):
         if not isinstance(flag, bool):
-            raise error(self, flag)
+            raise error(flag)
         self.strategy.set(name, flag)
         if name == "a_sync":  # Paddle resets the step count whenever a_sync is set
             self.a_sync_configs = {"k_steps": 0}
     return property(lambda self: self.strategy.get(name), _breaks_strict_auto(fset), doc=f"``{name}`` (bool).")
 
 
-def _bad_flag(self, flag):
+def _bad_flag(flag):
     return InvalidArgument(  # a ValueError, as in Paddle
         f"The type of `flag` is invalid, expected type is bool, but received {type(flag)}")
 
@@ -102,22 +107,6 @@ UNIMPLEMENTED_SWITCHES = ("amp", "recompute", "localsgd", "adaptive_localsgd", "
                           "use_hierarchical_allreduce", "fuse_grad_merge", "adam_d2sum")
 _UNIMPLEMENTED_DEGREES = ("mp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",
                           "moe_sharding_degree")
-_FLEET_DESC_KEYS = (  # the per-table keys Paddle's fleet_desc_configs accepts
-    "sparse_table_class sparse_compress_in_save sparse_shard_num sparse_accessor_class sparse_learning_rate "
-    "sparse_initial_g2sum sparse_initial_range sparse_weight_bounds sparse_fea_dim sparse_embedx_dim "
-    "sparse_embedx_threshold sparse_nonclk_coeff sparse_click_coeff sparse_base_threshold sparse_delta_threshold "
-    "sparse_delta_keep_days sparse_delete_after_unseen_days sparse_show_click_decay_rate sparse_delete_threshold "
-    "sparse_converter sparse_deconverter sparse_enable_cache sparse_cache_rate sparse_cache_file_num "
-    "sparse_beta1_decay_rate sparse_beta2_decay_rate sparse_ada_epsilon sparse_optimizer "
-    "sparse_ssd_unseenday_threshold embed_sparse_optimizer embed_sparse_learning_rate embed_sparse_weight_bounds "
-    "embed_sparse_initial_range embed_sparse_initial_g2sum embed_sparse_beta1_decay_rate "
-    "embed_sparse_beta2_decay_rate embedx_sparse_optimizer embedx_sparse_learning_rate "
-    "embedx_sparse_weight_bounds embedx_sparse_initial_range embedx_sparse_initial_g2sum "
-    "embedx_sparse_beta1_decay_rate embedx_sparse_beta2_decay_rate feature_learning_rate nodeid_slot "
-    "sparse_load_filter_slots sparse_save_filter_slots sparse_zero_init use_gpu_graph").split()
-_TABLE_CLASSES = {"DownpourSparseTable": "MemorySparseTable", "DownpourSparseSSDTable": "SSDSparseTable"}
-_ACCESSOR_CLASSES = ("DownpourSparseValueAccessor", "DownpourCtrAccessor", "DownpourCtrDoubleAccessor",
-                     "DownpourUnitAccessor", "DownpourDoubleUnitAccessor", "DownpourCtrDymfAccessor")
 
 
 class DistributedStrategy:
@@ -183,7 +172,7 @@ class DistributedStrategy:
     a_sync = _strict_bool("a_sync", _bad_flag)
     adam_d2sum = _strict_bool("adam_d2sum", _bad_flag)
     fp16_allreduce = _strict_bool("fp16_allreduce",
-                                  lambda self, flag: InvalidArgumentType("fp16_allreduce must be value of bool type"))
+                                  lambda flag: InvalidArgumentType("fp16_allreduce must be value of bool type"))
 
     @property
     def last_comm_group_size_MB(self):
@@ -265,10 +254,7 @@ class DistributedStrategy:
     def sparse_table_configs(self, configs):
         if not configs:
             logger.info("table configs is empty")
-        for table_name, flat in (configs or {}).items():
-            table = Message("TableParameter", {"table_name": table_name})
-            _fill_table(table, "table_parameters." + table_name, flat)
-            self.strategy.get("downpour_table_param").append(table)
+        self.strategy.get("downpour_table_param").extend(sparse_tables(configs or {}))
 
     fleet_desc_configs = property(sparse_table_configs.fget, doc="The parameter-server tables, as dicts.")
 
@@ -276,25 +262,7 @@ class DistributedStrategy:
     def fleet_desc_configs(self, configs):
         if not configs:
             logger.info("fleet desc config is empty")
-        for table_name, config in (configs or {}).items():
-            if table_name in ("dense_table", "datanorm_table") or type(config) is not dict:
-                continue
-            unknown = [k for k in config if k not in _FLEET_DESC_KEYS]
-            if unknown:
-                raise InvalidArgument(f"strategy key '{unknown[0]}' not support")
-            table_class = config.get("sparse_table_class", "DownpourSparseTable")
-            if table_class not in _TABLE_CLASSES:
-                raise InvalidArgument(
-                    f"support sparse_table_class: {list(_TABLE_CLASSES)}, but actual {table_class}")
-            accessor = config.get("sparse_accessor_class", "DownpourCtrAccessor")
-            if accessor not in _ACCESSOR_CLASSES:
-                raise InvalidArgument(
-                    f"support sparse_accessor_class: {list(_ACCESSOR_CLASSES)}, but actual {accessor}")
-            embedx_dim = config.get("sparse_embedx_dim", 8)
-            self.strategy.get("downpour_table_param").append(Message("TableParameter", {
-                "table_name": table_name, "table_class": _TABLE_CLASSES[table_class],
-                "shard_num": config.get("sparse_shard_num", 1000),
-                "accessor": {"accessor_class": accessor, "embedx_dim": embedx_dim, "fea_dim": embedx_dim + 3}}))
+        self.strategy.get("downpour_table_param").extend(fleet_desc_tables(configs or {}))
 
     # ---- Paddle's helpers ------------------------------------------------------------------
     def _is_strict_auto(self):
@@ -355,25 +323,6 @@ class DistributedStrategy:
         return _overview(self)
 
 
-def _fill_table(msg, prefix, flat, index=0):
-    """Paddle's ``sparse_table_configs`` walk: keys are dotted field paths under ``prefix``."""
-    for name, f in msg.fields.items():
-        key = f"{prefix}.{name}"
-        if f.message and f.repeated:
-            for i in range(flat.get(key + ".num", 0)):
-                child = Message(f.message)
-                _fill_table(child, key, flat, i)
-                msg.get(name).append(child)
-        elif f.message:
-            _fill_table(msg.get(name), key, flat, index)
-        elif key in flat:
-            value = flat[key]
-            if f.repeated:
-                msg.extend(name, value)
-            else:
-                msg.set(name, value[index] if type(value) is list else value)
-
-
 def _overview(s, key_width=38, value_width=38):
     """The boxed table Paddle prints for a strategy: enabled strategies with their configs, then the rest."""
     width = key_width + value_width + 2
@@ -410,4 +359,4 @@ def _overview(s, key_width=38, value_width=38):
     return out + border
 
 
-__all__ = ["DistributedStrategy", "BuildStrategy", "UNIMPLEMENTED_SWITCHES"]
+__all__ = ["DistributedStrategy", "UNIMPLEMENTED_SWITCHES"]

@@ -24,9 +24,9 @@ Differences:
   refimpl's communicators (in-process threads or MPI). The ``PADDLE_WITH_GLOO``
   settings are still checked as Paddle checks them in static mode.
 * Paddle's informational prints go to the ``refimpl.distributed.fleet`` logger.
-* :class:`MPIRoleMaker` (new): a collective role maker that, when the
-  ``PADDLE_*`` variables are absent, takes the rank and size from the
-  in-process rank running the code or from MPI (mpi4py, imported lazily).
+* ``mpi_role_maker.MPIRoleMaker`` (new) is a collective role maker that,
+  when the ``PADDLE_*`` variables are absent, takes the rank and size from
+  the in-process rank running the code or from MPI.
 """
 import functools
 import json
@@ -406,62 +406,4 @@ class UserDefinedRoleMaker(PaddleCloudRoleMaker):
         self._nodes_num = len({e.split(":")[0] for e in endpoints})
 
 
-class MPIRoleMaker(PaddleCloudRoleMaker):
-    """A collective role maker for jobs started without Paddle's launcher.
-
-    The rank and size come from, in order: the in-process rank running the
-    code (``run_in_process`` / ``run_hybrid`` threads), the ``PADDLE_*``
-    environment (as :class:`PaddleCloudRoleMaker`), or MPI when the process
-    runs under ``mpiexec`` (mpi4py, imported only then). With none of them
-    it is a single non-distributed worker. Under MPI, generating the role
-    gathers the host names, so it must happen on every rank (``fleet.init``
-    does). Endpoints are made up as ``host:6170+local rank``: refimpl never
-    connects to them. ``_rank_source()`` says where the answer came from.
-    """
-
-    def __init__(self, is_collective=True, **kwargs):
-        if not is_collective:
-            raise Unimplemented("MPIRoleMaker is collective only; refimpl has no parameter-server mode")
-        super().__init__(is_collective=True, **kwargs)
-        self._source = None
-
-    def _rank_source(self):
-        """``"inprocess"``, ``"env"``, ``"mpi"`` or ``"none"`` (generating the role if needed)."""
-        if not self._role_is_generated:
-            self._generate_role()
-        return self._source
-
-    def _collective_env(self):
-        from refimpl.distributed.communication import context
-        if context.has_thread_context():
-            ctx = context.current()
-            self._from_ranks("inprocess", ctx.rank, ["127.0.0.1"] * ctx.world_size)
-        elif getenv_or_backup("PADDLE_TRAINER_ENDPOINTS") is not None or "PADDLE_TRAINER_ID" in os.environ:
-            self._source = "env"
-            super()._collective_env()
-        elif _under_mpiexec():
-            from mpi4py import MPI
-            world = MPI.COMM_WORLD
-            self._from_ranks("mpi", world.Get_rank(), world.allgather(MPI.Get_processor_name()))
-        else:
-            self._source = "none"
-            super()._collective_env()
-
-    def _from_ranks(self, source, rank, hosts):
-        self._source, self._training_role, self._role, self._current_id = source, "TRAINER", Role.WORKER, rank
-        local = [sum(1 for h in hosts[:r] if h == hosts[r]) for r in range(len(hosts))]
-        self._set_workers([f"{h}:{6170 + i}" for h, i in zip(hosts, local)])
-        self._cur_endpoint = self._worker_endpoints[rank]
-        self._local_rank = str(local[rank])
-        self._non_distributed = len(hosts) == 1
-
-
-def _under_mpiexec():
-    from refimpl.distributed.communication import context
-    ctx = context._process_ctx
-    launched = any(k in os.environ for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))
-    return launched or (ctx is not None and ctx.backend == "mpi")
-
-
-__all__ = ["Role", "RoleMakerBase", "PaddleCloudRoleMaker", "UserDefinedRoleMaker", "MPIRoleMaker",
-           "getenv_or_backup"]
+__all__ = ["Role", "RoleMakerBase", "PaddleCloudRoleMaker", "UserDefinedRoleMaker", "getenv_or_backup"]

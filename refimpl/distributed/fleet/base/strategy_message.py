@@ -291,7 +291,10 @@ def to_text(msg, indent=0):
     return "".join(out)
 
 
-_TOKEN = re.compile(r'\s+|#[^\n]*|(?P<tok>"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|[{}:<>;,\[\]]|[^\s{}:<>;,\[\]"\']+)')
+_TOKEN = re.compile(r"""\s+ | \#[^\n]*                        # blanks and comments are skipped
+                        | (?P<tok> "(?:[^"\\\n]|\\.)*" | '(?:[^'\\\n]|\\.)*'  # quoted strings
+                                 | [{}:<>;,\[\]]                  # punctuation
+                                 | [^\s{}:<>;,\[\]"']+ )          # names and numbers""", re.VERBOSE)
 
 
 def parse_text(msg, text):
