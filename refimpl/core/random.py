@@ -7,28 +7,39 @@ generator instead. The numbers differ from Paddle's (a different engine);
 only determinism is mirrored: after ``seed(n)`` the k-th draw is always the
 same, whatever the earlier draws were, because every call to
 :func:`next_generator` gets its own stream spawned from one ``SeedSequence``.
+
+The state is per thread: in-process ranks are threads, and each behaves like
+a process of its own (seeding one rank does not disturb another's draws).
 """
+import threading
+
 import numpy as np
 
-_state = {"seq": np.random.SeedSequence(), "seed": None}
+_local = threading.local()
+
+
+def _state():
+    st = getattr(_local, "state", None)
+    if st is None:
+        st = _local.state = {"seq": np.random.SeedSequence(), "seed": None}
+    return st
 
 
 def seed(n):
-    """Reset the global random state to seed ``n``; returns ``n``."""
+    """Reset this thread's random state to seed ``n``; returns ``n``."""
     n = int(n)
-    _state["seq"] = np.random.SeedSequence(n & 0xFFFFFFFFFFFFFFFF)
-    _state["seed"] = n
+    _local.state = {"seq": np.random.SeedSequence(n & 0xFFFFFFFFFFFFFFFF), "seed": n}
     return n
 
 
 def get_seed():
-    """The last seed given to :func:`seed` (None if never seeded)."""
-    return _state["seed"]
+    """The last seed given to :func:`seed` in this thread (None if never seeded)."""
+    return _state()["seed"]
 
 
 def next_generator():
     """A fresh ``numpy.random.Generator`` for one op run, the next in sequence."""
-    (child,) = _state["seq"].spawn(1)
+    (child,) = _state()["seq"].spawn(1)
     return np.random.default_rng(child)
 
 

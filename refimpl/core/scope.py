@@ -2,12 +2,14 @@
 
 Mirrors ``paddle/fluid/framework/scope.h``. ``var(name)`` finds or creates a
 variable in this scope, ``find_var(name)`` looks here and then up the parents,
-``new_scope()`` makes a kid. The executor keeps persistable variables in the
+``new_scope()`` makes a kid. ``global_scope()`` is per thread (in-process
+ranks are threads), the main thread's being the process's. The executor keeps persistable variables in the
 scope it is given and everything else in a kid scope it owns, as Paddle does.
 Unlike Paddle, a variable holds exactly one kind of value: a DenseTensor (or
 any Python object set with ``set_value``, used for scope lists and the like).
 """
 import contextlib
+import threading
 
 from .errors import InvalidArgument, NotFound
 from .tensor import DenseTensor
@@ -114,20 +116,28 @@ class Scope:
 
 
 _global_scope = Scope()
-_scope_stack = [_global_scope]
+_local = threading.local()  # in-process ranks are threads: each gets a global scope of its own
+
+
+def _stack():
+    st = getattr(_local, "stack", None)
+    if st is None:
+        main = threading.current_thread() is threading.main_thread()
+        st = _local.stack = [_global_scope if main else Scope()]
+    return st
 
 
 def global_scope():
     """The scope used when none is given (the innermost ``scope_guard``)."""
-    return _scope_stack[-1]
+    return _stack()[-1]
 
 
 @contextlib.contextmanager
 def scope_guard(scope):
     if not isinstance(scope, Scope):
         raise InvalidArgument(f"scope_guard expects a Scope, got {type(scope).__name__}")
-    _scope_stack.append(scope)
+    _stack().append(scope)
     try:
         yield scope
     finally:
-        _scope_stack.pop()
+        _stack().pop()

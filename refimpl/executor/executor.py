@@ -145,6 +145,9 @@ class Executor:
         if not isinstance(program, Program):
             raise InvalidArgument(f"Executor.run expects a Program, got {type(program).__name__}")
         scope = scope if scope is not None else global_scope()
+        pipeline = getattr(program, "_pipeline_opt", None)
+        if pipeline is not None:  # fleet turned this program into this rank's pipeline Plan
+            return pipeline.run(self, feed, fetch_list, scope, return_numpy, trace)
         feed = check_feed(program, feed)
         fetch_names = self._fetch_names(program, fetch_list)
         prepared = self._prepared(program, scope, tuple(feed), tuple(fetch_names), use_program_cache)

@@ -9,6 +9,7 @@ default main / startup programs. ``to_dict`` / ``from_dict`` speak the
 C++ desc behind it: the Python objects are the program.
 """
 import contextlib
+import threading
 
 from refimpl.core.errors import InvalidArgument, OutOfRange
 
@@ -137,27 +138,33 @@ class Program:
         return self.clone()
 
 
-_main_program = Program()
-_startup_program = Program()
+_local = threading.local()  # defaults per thread: in-process ranks build their programs side by side
+
+
+def _defaults():
+    d = getattr(_local, "defaults", None)
+    if d is None:
+        d = _local.defaults = {"main": Program(), "startup": Program(), "device": ""}
+    return d
 
 
 def default_main_program():
-    return _main_program
+    return _defaults()["main"]
 
 
 def default_startup_program():
-    return _startup_program
+    return _defaults()["startup"]
 
 
 def switch_main_program(program):
-    global _main_program
-    old, _main_program = _main_program, program
+    d = _defaults()
+    old, d["main"] = d["main"], program
     return old
 
 
 def switch_startup_program(program):
-    global _startup_program
-    old, _startup_program = _startup_program, program
+    d = _defaults()
+    old, d["startup"] = d["startup"], program
     return old
 
 
@@ -184,23 +191,20 @@ def name_scope(prefix):
         yield
 
 
-_current_device = ""
-
-
 def current_device():
     """The device set by the innermost ``device_guard`` ("" when none)."""
-    return _current_device
+    return _defaults()["device"]
 
 
 @contextlib.contextmanager
 def device_guard(device=None):
     """Ops appended inside get ``op_device = device`` (any program, as in Paddle)."""
-    global _current_device
-    old, _current_device = _current_device, device or ""
+    d = _defaults()
+    old, d["device"] = d["device"], device or ""
     try:
         yield
     finally:
-        _current_device = old
+        d["device"] = old
 
 
 def op_role_of(op):

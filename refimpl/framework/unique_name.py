@@ -3,9 +3,11 @@
 Mirrors ``paddle.utils.unique_name``: a generator keeps one counter per key
 and ``generate(key)`` returns ``f"{key}_{n}"``. ``guard()`` swaps in a fresh
 generator for the duration of a ``with`` block, which is how the oracle
-programs get names that start from 0.
+programs get names that start from 0. The generator is per thread, so
+in-process ranks (threads) name their programs as separate processes would.
 """
 import contextlib
+import threading
 
 
 class UniqueNameGenerator:
@@ -19,23 +21,29 @@ class UniqueNameGenerator:
         return f"{self.prefix}{key}_{n}"
 
 
-generator = UniqueNameGenerator()
+_local = threading.local()  # one generator per thread: in-process ranks build programs side by side
+
+
+def _generator():
+    g = getattr(_local, "generator", None)
+    if g is None:
+        g = _local.generator = UniqueNameGenerator()
+    return g
 
 
 def generate(key):
     """A new unique name with the given key, e.g. ``generate("fc") -> "fc_0"``."""
-    return generator(key)
+    return _generator()(key)
 
 
 def generate_with_ignorable_key(key):
-    return generator(key)
+    return _generator()(key)
 
 
 def switch(new_generator=None):
     """Install ``new_generator`` (a fresh one if None); return the old one."""
-    global generator
-    old = generator
-    generator = new_generator if new_generator is not None else UniqueNameGenerator()
+    old = _generator()
+    _local.generator = new_generator if new_generator is not None else UniqueNameGenerator()
     return old
 
 

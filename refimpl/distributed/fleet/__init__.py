@@ -12,3 +12,34 @@ from .base.topology import CommunicateTopology, HybridCommunicateGroup, Parallel
 
 __all__ = ["DistributedStrategy", "Role", "RoleMakerBase", "PaddleCloudRoleMaker", "UserDefinedRoleMaker",
            "MPIRoleMaker", "CommunicateTopology", "HybridCommunicateGroup", "ParallelMode"]
+from .fleet import Fleet, get_log_level_code, get_log_level_name, set_log_level  # noqa: E402
+from .fleet import fleet  # noqa: E402  (the instance, as paddle.distributed.fleet.fleet)
+
+_final_strategy = fleet._final_strategy
+_get_applied_meta_list = fleet._get_applied_meta_list
+_get_applied_graph_list = fleet._get_applied_graph_list
+init = fleet.init
+is_first_worker = fleet.is_first_worker
+worker_index = rank = fleet.worker_index
+worker_num = nranks = world_size = fleet.worker_num
+node_num = fleet.node_num
+local_device_ids = fleet.local_device_ids
+world_device_ids = fleet.world_device_ids
+local_rank = rank_in_node = fleet.local_rank
+is_worker = fleet.is_worker
+is_coordinator = fleet.is_coordinator
+worker_endpoints = fleet.worker_endpoints
+server_num = fleet.server_num
+server_index = fleet.server_index
+server_endpoints = fleet.server_endpoints
+is_server = fleet.is_server
+barrier_worker = fleet.barrier_worker
+all_reduce = fleet.all_reduce
+init_worker = fleet.init_worker
+init_server = fleet.init_server
+run_server = fleet.run_server
+stop_worker = fleet.stop_worker
+distributed_optimizer = fleet.distributed_optimizer
+minimize = fleet.minimize
+get_hybrid_communicate_group = fleet.get_hybrid_communicate_group
+collective_perf = fleet.collective_perf

@@ -106,12 +106,13 @@ def _follow(op, home, i):
     raise InvalidArgument(f"partition: cannot tell which stage op {i} ({op.type}) belongs to")
 
 
-def partition(program, pp_degree, vpp_degree=1, cuts=None, stage_map="interleaved"):
+def partition(program, pp_degree, vpp_degree=1, cuts=None, stage_map="interleaved", ring_offset=0):
     """``[rank][chunk] -> Program`` with send_v2/recv_v2 between virtual stages.
 
     ``stage_map`` places virtual stages on ranks: "interleaved" (stage
     ``c*P + r`` is chunk c of rank r) or "vshape" (odd chunks run backwards,
-    as ZB-VPP places them).
+    as ZB-VPP places them). ``ring_offset`` shifts the transfer rings (one
+    pipeline per data-parallel replica needs rings of its own).
     """
     from .simulator import stage_owner
     nv = pp_degree * vpp_degree
@@ -130,7 +131,7 @@ def partition(program, pp_degree, vpp_degree=1, cuts=None, stage_map="interleave
                 if src is None or src[0] == v or (n, v) in moved or not _transferable(block, n):
                     continue
                 moved.add((n, v))
-                send, recv = _transfer(block, n, src[0], owner[src[0]][0], owner[v][0], op)
+                send, recv = _transfer(block, n, src[0], owner[src[0]][0], owner[v][0], op, ring_offset)
                 if send is not None:
                     sends.setdefault(id(src[1]), []).append(send)
                     per_stage[v].append(("recv", recv))
@@ -171,14 +172,15 @@ def transfer_ring(src_stage, backward):
     return 1 + 2 * src_stage + int(backward)
 
 
-def _transfer(block, name, src_stage, src_rank, dst_rank, reader):
+def _transfer(block, name, src_stage, src_rank, dst_rank, reader, ring_offset=0):
     """The send_v2 / recv_v2 pair that moves ``name``; (None, None) within one rank."""
     if src_rank == dst_rank:
         return None, None
     var = block._find_var_recursive(name)
     backward = bool(reader.role() & OpRole.Backward) or GRAD_SUFFIX in name
     role = OpRole.Backward if backward else OpRole.Forward
-    common = {"ring_id": transfer_ring(src_stage, backward), OP_ROLE_ATTR: role, "use_calc_stream": True,
+    common = {"ring_id": ring_offset + transfer_ring(src_stage, backward), OP_ROLE_ATTR: role,
+              "use_calc_stream": True,
               "dynamic_shape": True}
     send = _Spec("send_v2", {"X": [name]}, {}, dict(common, peer=dst_rank))
     recv = _Spec("recv_v2", {}, {"Out": [name]},

@@ -9,10 +9,14 @@ rank's chunks into job programs, give every job its ``skip_gc_vars``
 (every transfer has its partner, the simulated schedule completes) and run
 each rank's Plan with a ``PlanExecutor``, on in-process ranks or MPI ranks.
 """
+import copy
+
 import numpy as np
 
 import refimpl as paddle
+from refimpl.core.dtypes import to_vartype
 from refimpl.core.errors import InvalidArgument
+from refimpl.framework.op_role import OpRole
 from refimpl.distributed.communication import context, run_in_process
 from refimpl.distributed.passes.gradient_accumulation import accumulate_gradients
 from refimpl.distributed.passes.pass_utils import set_skip_gc_vars
@@ -49,21 +53,35 @@ def _schedule_attrs(schedule, pp_degree, stage, m, vpp_degree, split_backward, p
 
 
 def build_pipeline(main, startup, loss, schedule, pp_degree, num_micro_batches, vpp_degree=1, cuts=None,
-                   split_backward=False, program_runtimes=None):
-    """Every rank's Plan for ``schedule``; ``main``/``startup`` are left untouched."""
+                   split_backward=False, program_runtimes=None, ring_offset=0, dp_degree=1, dp_ring=None,
+                   update_every=1):
+    """Every rank's Plan for ``schedule``; ``main``/``startup`` are left untouched.
+
+    With ``dp_degree > 1`` each optimizer job first all-reduces (ring
+    ``dp_ring``) and averages the accumulated gradients over the replicas;
+    with ``update_every = k > 1`` the update happens on every k-th run only
+    (gradient merge across runs). ``ring_offset`` gives this pipeline's
+    transfers rings of their own.
+    """
     if schedule not in SCHEDULES:
         raise InvalidArgument(f"unknown pipeline schedule {schedule!r}; choose one of {list(SCHEDULES)}")
     if schedule not in ("VPP", "ZBVPP") and vpp_degree != 1:
         raise InvalidArgument(f"schedule {schedule} has one chunk per stage; vpp_degree must be 1")
+    if dp_degree > 1 and dp_ring is None:
+        raise InvalidArgument("build_pipeline: dp_degree > 1 needs the dp_ring to all-reduce gradients on")
     main, startup = main.clone(), startup.clone()
-    accumulate_gradients(main, startup, num_micro_batches, avg=True)
-    chunks = partition(main, pp_degree, vpp_degree, cuts, stage_map_for(schedule))
+    merged = accumulate_gradients(main, startup, num_micro_batches * update_every, avg=True)
+    chunks = partition(main, pp_degree, vpp_degree, cuts, stage_map_for(schedule), ring_offset)
     plans = []
     for rank in range(pp_degree):
         jobs = create_job_list(schedule, _schedule_attrs(schedule, pp_degree, rank, num_micro_batches,
                                                          vpp_degree, split_backward, program_runtimes))
         types = list(dict.fromkeys(j.type() for j in jobs))
         progs = job_programs(chunks[rank], types)
+        if dp_degree > 1:
+            add_dp_sync(progs["optimizer"], [m for _, m in merged], dp_degree, dp_ring)
+        if update_every > 1:
+            progs["optimizer"] = update_every_k(progs["optimizer"], startup, update_every)
         set_skip_gc_vars(num_micro_batches, types, [progs[t] for t in types], jobs)
         plans.append(Plan(jobs, progs))
     lists = [p.job_list() for p in plans]
@@ -72,6 +90,60 @@ def build_pipeline(main, startup, loss, schedule, pp_degree, num_micro_batches, 
     rings = sorted({op.attr("ring_id") for rank in chunks for prog in rank
                     for op in prog.global_block().ops if op.type in ("send_v2", "recv_v2")})
     return Pipeline(plans, startup, getattr(loss, "name", loss), schedule, pp_degree, num_micro_batches, rings)
+
+
+def add_dp_sync(program, merge_names, dp_degree, ring_id):
+    """Sum every accumulated gradient of ``program`` over the data-parallel ring, then average."""
+    block = program.global_block()
+    at = 0
+    for name in merge_names:
+        if name not in block.vars:
+            continue  # this stage does not own the parameter
+        block._insert_op(at, type="c_allreduce_sum", inputs={"X": [name]}, outputs={"Out": [name]},
+                         attrs={"ring_id": ring_id, "use_calc_stream": True, "op_role": OpRole.Optimize})
+        block._insert_op(at + 1, type="scale", inputs={"X": [name]}, outputs={"Out": [name]},
+                         attrs={"scale": 1.0 / dp_degree, "op_role": OpRole.Optimize})
+        at += 2
+
+
+def update_every_k(program, startup, k):
+    """``program`` run only on every k-th call: a step counter and a ``conditional_block``."""
+    from refimpl.framework.program import Program
+    from refimpl.static.control_flow import _inputs_outputs
+    src = program.global_block()
+    out = Program()
+    b0 = out.global_block()
+    for v in src.vars.values():
+        b0.vars[v.name] = copy.copy(v)
+        b0.vars[v.name].block = b0
+    sblock = startup.global_block()
+    counters = {}
+    for name, value in (("gradient_merge_k", k), ("gradient_merge_zero", 0), ("gradient_merge_step", 0)):
+        counters[name] = b0.create_var(name=name, shape=[1], dtype="int32", persistable=True)
+        if name not in sblock.vars:
+            sv = sblock.create_var(name=name, shape=[1], dtype="int32", persistable=True)
+            sblock.append_op(type="fill_constant", outputs={"Out": sv},
+                             attrs={"shape": [1], "dtype": to_vartype("int32"), "value": float(value),
+                                    "force_cpu": True})
+    cond = b0.create_var(name="gradient_merge_cond", shape=[1], dtype="bool")
+    step = counters["gradient_merge_step"]
+    role = {"op_role": OpRole.Optimize}
+    b0.append_op(type="increment", inputs={"X": [step]}, outputs={"Out": [step]}, attrs=dict(role, step=1.0))
+    b0.append_op(type="elementwise_mod", inputs={"X": [step], "Y": [counters["gradient_merge_k"]]},
+                 outputs={"Out": [step]}, attrs=dict(role, axis=-1))
+    b0.append_op(type="equal", inputs={"X": [step], "Y": [counters["gradient_merge_zero"]]},
+                 outputs={"Out": [cond]}, attrs=role)
+    sub = out._create_block(0)
+    for op in src.ops:
+        sub._append_desc_op(op.type, {k_: list(v) for k_, v in op.inputs.items()},
+                            {k_: list(v) for k_, v in op.outputs.items()}, op.all_attrs())
+    out._rollback()
+    reads, writes = _inputs_outputs(sub)
+    scope_var = b0.create_var(name="gradient_merge_scope", type="STEP_SCOPES")
+    b0.append_op(type="conditional_block", inputs={"Cond": [cond], "Input": reads},
+                 outputs={"Out": writes, "Scope": [scope_var]},
+                 attrs=dict(role, sub_block=sub, is_scalar_condition=True))
+    return out
 
 
 def initial_values(pipeline, seed=0):

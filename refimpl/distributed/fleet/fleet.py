@@ -1,0 +1,503 @@
+"""``Fleet``: the one object a distributed training script talks to.
+
+Mirrors ``paddle/distributed/fleet/fleet.py`` of Paddle 3.3.1 (class
+``Fleet`` and the module-level instance ``fleet`` whose bound methods are
+``paddle.distributed.fleet.init``, ``worker_index`` ...):
+
+* ``init(role_maker, is_collective, strategy, log_level)`` checks its
+  arguments as Paddle does, keeps a deep copy of the strategy, generates the
+  role and, in collective mode, sets up Paddle's static-graph groups (the
+  ``'global'`` ring, ring 3 with sharding, and a ``'model'`` group when
+  ``sharding`` / ``tensor_parallel`` ask for an mp degree > 1) and, when
+  ``hybrid_configs`` ask for a degree > 1, the ``HybridCommunicateGroup``;
+* the role accessors (``worker_index``, ``worker_endpoints`` ...),
+  ``barrier_worker`` and ``all_reduce`` (NumPy in, NumPy out);
+* ``collective_perf`` times allreduce / reduce / broadcast on the data (or
+  sharding) group and allgather / reduce_scatter on the model group;
+* ``distributed_optimizer`` / ``minimize``.
+
+Differences from Paddle:
+
+* **Per-rank state.** Paddle has one process per rank; refimpl can run ranks
+  as threads (``run_in_process``), so a ``Fleet`` keeps its attributes per
+  rank context: ``fleet._role_maker`` read by rank 2's thread is rank 2's.
+* With no ``role_maker``, collective mode uses ``MPIRoleMaker`` (in-process
+  rank, else ``PADDLE_*`` environment, else MPI), and ``init`` joins the
+  communication world (``init_parallel_env``; under ``mpiexec`` call
+  ``fleet.init`` or ``init_parallel_env`` before anything else).
+* refimpl is static-graph only, yet builds the hybrid group as Paddle's
+  dygraph ``init`` does, but only when a degree is > 1 (context, expert and
+  moe-sharding degrees > 1 raise ``Unimplemented``); no model-parallel RNG
+  seeding. ``init`` always returns the fleet (Paddle's static ``init``
+  returns None unless it made a model group).
+* ``distributed_optimizer`` returns a ``meta_optimizers.DistributedOptimizer``
+  (Paddle's static one returns the fleet); ``fleet.minimize`` delegates to it.
+* ``collective_perf`` follows the seed (Paddle 3.3.1 itself comments its body
+  out), warms up on the tested group (Paddle's warm-up passes no group and
+  only logs a warning) and returns ``{nbytes: seconds per iteration}``.
+* Errors are typed and say what is wrong; each is also the builtin Paddle
+  raises (``ValueError`` for a bad ``is_collective``, ``AssertionError`` for a
+  missing hybrid group, ``AttributeError`` before ``init`` ...).
+* No parameter-server runtime: ``init_worker`` & co. only warn (collective or
+  non-distributed) or raise ``Unimplemented``; no ``save_*`` / ``load_*``.
+"""
+import copy
+import logging
+import numbers
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from refimpl.core.errors import InvalidArgument, NotFound, PreconditionNotMet, Unimplemented
+
+from .base.compat_errors import InvalidArgumentAssertion, InvalidArgumentAttribute, InvalidArgumentType
+from .base.compat_errors import PreconditionAssertion
+from .base.distributed_strategy import DistributedStrategy
+from .base.mpi_role_maker import MPIRoleMaker
+from .base.role_maker import PaddleCloudRoleMaker, RoleMakerBase
+from .base import topology as tp
+
+logger = logging.getLogger("refimpl.distributed.fleet")
+
+#: not initialised yet (Paddle: AttributeError on its ``None`` role maker)
+NotInitialized = type("NotInitialized", (PreconditionNotMet, AttributeError), {"kind": PreconditionNotMet.kind})
+#: an unknown name in ``hybrid_parallel_order`` (Paddle: KeyError; its intended check is an assert)
+HybridOrderError = type("HybridOrderError", (InvalidArgumentAssertion, KeyError), {})
+
+
+# ---- the fleet logger's level (Paddle: fleet.utils.log_util) ---------------------------------------
+def set_log_level(level):
+    """Set the level of the ``refimpl.distributed.fleet`` logger (a name such as ``"debug"`` or an int)."""
+    if not isinstance(level, (str, int)):
+        raise InvalidArgumentAssertion(f"level's type must be str or int, got {type(level).__name__}")
+    try:
+        logger.setLevel(level if isinstance(level, int) else level.upper())
+    except ValueError as exc:
+        raise InvalidArgument(f"log_level: {exc}") from None
+
+
+def get_log_level_code():
+    return logger.getEffectiveLevel()
+
+
+def get_log_level_name():
+    return logging.getLevelName(get_log_level_code())
+
+
+class _CommunicateGroup:
+    """Paddle's static-mode group table (``topology._CommunicateGroup``): name -> ``Group`` of a ring id.
+
+    The groups only describe rings (rank, ring id, ranks) for the ops the
+    meta-optimizers write; they create no communicator.
+    """
+
+    def __init__(self):
+        self.groups = {}
+
+    def set_comm_group(self, group_name, group_rank, group_size, ring_id, group_ranks):
+        from refimpl.distributed.collective import Group
+        self.groups[group_name] = Group(group_rank, ring_id, group_ranks)
+
+    def get_group(self, group_name):
+        if group_name not in self.groups:
+            raise PreconditionAssertion(f"no '{group_name}' group; the groups are {sorted(self.groups)}")
+        return self.groups[group_name]
+
+    def get_model_parallel_group(self):
+        return self.get_group("model")
+
+    def get_model_parallel_world_size(self):
+        return self.get_group("model").nranks
+
+    def get_model_parallel_rank(self):
+        return self.get_group("model").rank
+
+
+class _RankState:
+    """One rank's fleet attributes (the ones Paddle's ``Fleet.__init__`` / ``init`` set)."""
+
+    def __init__(self):
+        from refimpl.optimizer import Optimizer
+        self._role_maker = self.strategy_compiler = self._runtime_handle = self._util = None
+        self._is_collective = False
+        self._context = {}
+        self.user_defined_optimizer = Optimizer(0.0)  # as Paddle: a base optimizer until distributed_optimizer
+        self._user_defined_strategy = self._hcg = self._topology = self._distributed_optimizer = None
+
+
+_PERF = {  # comm type -> (test name in the log, name in the timeout warning, group kind)
+    "allreduce": ("AllReduceTest", "AllReduce", "data"),
+    "reduce": ("ReduceTest", "Reduce", "data"),
+    "broadcast": ("BroadcastTest", "Broadcast", "data"),
+    "allgather": ("AllgatherTest", "Allgather", "model"),
+    "reduce_scatter": ("ReduceScatterTest", "ReduceScatter", "model"),
+}
+_HYBRID_AXES = {"dp": "data", "pp": "pipe", "sharding": "sharding", "mp": "model", "sep": "sep", "cp": "context",
+                "ep": "expert", "moe_sharding": "moe_sharding"}
+
+
+def _check_strategy(strategy):
+    if not isinstance(strategy, DistributedStrategy):
+        raise InvalidArgumentAttribute(f"`strategy` should be an instance of `DistributedStrategy`, "
+                                       f"but got {type(strategy)}")
+
+
+class Fleet:
+    """Unified API for distributed training (see the module docstring); one state per rank."""
+
+    def __init__(self):
+        object.__setattr__(self, "_states", weakref.WeakKeyDictionary())  # rank context -> _RankState
+        object.__setattr__(self, "_states_lock", threading.Lock())
+
+    # ---- per-rank attributes -------------------------------------------------------------------
+    def _state(self):
+        from refimpl.distributed.communication import context
+        ctx = context.current()
+        with self._states_lock:
+            state = self._states.get(ctx)
+            if state is None:
+                state = self._states[ctx] = _RankState()
+        return state
+
+    def __getattr__(self, name):  # only for names not found on the class: the rank's attributes
+        if name.startswith("__") or name in ("_states", "_states_lock"):
+            raise AttributeError(name)
+        try:
+            return getattr(self._state(), name)
+        except AttributeError:
+            raise AttributeError(f"'Fleet' object has no attribute '{name}'") from None
+
+    def __setattr__(self, name, value):
+        setattr(self._state(), name, value)
+
+    def _rm(self):
+        if self._role_maker is None:
+            raise NotInitialized("fleet is not initialized on this rank: call fleet.init(...) first")
+        return self._role_maker
+
+    # ---- init ----------------------------------------------------------------------------------
+    def init(self, role_maker=None, is_collective=False, strategy=None, log_level="INFO"):
+        """Set up this rank's role (and, in collective mode, its groups); return the fleet."""
+        set_log_level(log_level)
+        if strategy is None:
+            strategy = DistributedStrategy()
+        _check_strategy(strategy)
+        strategy = copy.deepcopy(strategy)
+        if role_maker is None:
+            if not isinstance(is_collective, bool):
+                raise InvalidArgument(f"`is_collective` should be instance of `bool`, but got {type(is_collective)}")
+            role_maker = MPIRoleMaker() if is_collective else PaddleCloudRoleMaker(is_collective=False)
+        elif not isinstance(role_maker, RoleMakerBase):
+            raise InvalidArgument(f"`role_maker` should be subclass of `RoleMakerBase`, but got {type(role_maker)}")
+        is_collective = bool(getattr(role_maker, "_is_collective", False))
+        if is_collective:  # refimpl: join the in-process or MPI world first; the state is kept per rank
+            from refimpl.distributed.collective import init_parallel_env
+            init_parallel_env()
+        role_maker._generate_role()
+        self._user_defined_strategy, self._role_maker, self._is_collective = strategy, role_maker, is_collective
+        self._hcg = self._topology = None
+        if is_collective:
+            self._init_collective_groups()
+            if not strategy.heter_ccl_mode and self._wants_hybrid():
+                self._init_hybrid_parallel_env()
+        return self
+
+    def _init_collective_groups(self):
+        """Paddle's static collective setup: the 'global' ring and, for sharding / tensor parallel, 'model'."""
+        s = self._user_defined_strategy
+        use_sharding, use_tp = s.sharding, s.tensor_parallel
+        rank, size = self.worker_index(), self.worker_num()
+        ranks = list(range(size))
+        cg = self._hcg = _CommunicateGroup()
+        cg.set_comm_group("global", rank, size, 3 if use_sharding else 0, ranks)  # ring 3: sharding's
+        if not (use_sharding or use_tp):
+            return
+        mp_sharding = int(s.sharding_configs["mp_degree"]) if use_sharding else 1
+        mp_tp = int(s.tensor_parallel_configs["tensor_parallel_degree"]) if use_tp else 1
+        if use_sharding and use_tp and mp_sharding != mp_tp:
+            raise InvalidArgumentAssertion(f"sharding_configs['mp_degree'] ({mp_sharding}) must equal "
+                                           f"tensor_parallel_configs['tensor_parallel_degree'] ({mp_tp})")
+        mp_degree = mp_sharding if use_sharding else mp_tp
+        if mp_degree > 1:
+            if size % mp_degree != 0:
+                raise InvalidArgumentAssertion(f"the {size} workers cannot be split into model-parallel "
+                                               f"groups of {mp_degree}")
+            group_id = rank // mp_degree
+            cg.set_comm_group("model", rank % mp_degree, mp_degree, 0,
+                              [r for r in ranks if r // mp_degree == group_id])
+
+    def _wants_hybrid(self):
+        h = self._user_defined_strategy.hybrid_configs
+        return any(h[f"{k}_degree"] > 1 for k in _HYBRID_AXES)
+
+    def _init_hybrid_parallel_env(self):
+        """Build this rank's HybridCommunicateGroup from ``hybrid_configs`` (Paddle's dygraph setup)."""
+        from refimpl.distributed.collective import get_world_size
+        s = self._user_defined_strategy
+        self.hybrid_configs = h = s.hybrid_configs
+        degrees = {k: h[f"{k}_degree"] for k in _HYBRID_AXES}
+        for k in ("mp", "pp", "sep", "cp", "sharding"):
+            if degrees[k] < 0:
+                raise InvalidArgumentAssertion(f"{k}_degree should be greater or equal to 0, got {degrees[k]}")
+        for k in ("mp", "pp", "sep", "cp", "ep", "moe_sharding"):
+            degrees[k] = max(degrees[k], 1)
+        if degrees["dp"] < 0:  # as Paddle: the ranks left over by model and pipeline parallelism
+            degrees["dp"] = get_world_size() // (degrees["mp"] * degrees["pp"])
+        degrees["dp"] = max(degrees["dp"], 1)
+        for k in ("dp", "mp", "pp", "sep", "cp", "sharding"):
+            setattr(self, f"{k}_degree", degrees[k])
+        for k in ("cp", "ep", "moe_sharding"):
+            if degrees[k] > 1:
+                raise Unimplemented(f"hybrid_configs['{k}_degree'] = {degrees[k]}: refimpl's hybrid group has "
+                                    f"no {_HYBRID_AXES[k]} axis")
+        order = list(s.hybrid_parallel_order)
+        unknown = [n for n in order if n not in _HYBRID_AXES]
+        if unknown:
+            raise HybridOrderError(f"The order of hybrid_config setting is incorrect: {unknown} in {order}; "
+                                   f"the names are {list(_HYBRID_AXES)}")
+        names, dims = [_HYBRID_AXES[n] for n in order], [degrees[n] for n in order]
+        old = tp.get_hybrid_communicate_group()
+        if old is not None and old.topology().get_hybrid_group_names() == names and \
+                [old.topology().get_dim(n) for n in names] == dims:
+            logger.warning("The dygraph hybrid parallel environment has been initialized.")
+            self._hcg, self._topology = old, old.topology()
+            return
+        self._topology = tp.CommunicateTopology(hybrid_group_names=names, dims=dims)
+        self._hcg = tp.HybridCommunicateGroup(self._topology, h)
+
+    def get_hybrid_communicate_group(self):
+        if self._hcg is None:
+            raise PreconditionAssertion("no hybrid communicate group on this rank: call "
+                                        "fleet.init(is_collective=True, ...) first")
+        return self._hcg
+
+    def get_hybrid_parallel_topology(self):
+        if self._topology is None:
+            raise PreconditionAssertion("no hybrid parallel topology on this rank: call fleet.init(is_collective="
+                                        "True, strategy=...) with a hybrid_configs degree > 1 first")
+        return self._topology
+
+    # ---- role accessors ------------------------------------------------------------------------
+    def is_first_worker(self):
+        return self._rm()._is_first_worker()
+
+    def worker_index(self):
+        return self._rm()._worker_index()
+
+    def worker_num(self):
+        return self._rm()._worker_num()
+
+    def node_num(self):
+        return self._rm()._get_node_num()
+
+    def local_rank(self):
+        return self._rm()._get_local_rank()
+
+    def local_device_ids(self):
+        return self._rm()._get_local_device_ids()
+
+    def world_device_ids(self):
+        return self._rm()._get_world_device_ids()
+
+    def is_worker(self):
+        return self._rm()._is_worker()
+
+    def is_coordinator(self):
+        return self._rm()._is_coordinator()
+
+    def worker_endpoints(self, to_string=False):
+        eps = self._rm()._get_trainer_endpoints()
+        return ",".join(eps) if to_string else eps
+
+    def server_num(self):
+        return len(self._rm()._get_pserver_endpoints() or [])
+
+    def server_index(self):
+        return self._rm()._server_index()
+
+    def server_endpoints(self, to_string=False):
+        eps = self._rm()._get_pserver_endpoints()
+        return ",".join(eps or []) if to_string else eps
+
+    def is_server(self):
+        return self._rm()._is_server()
+
+    def barrier_worker(self):
+        """Wait until every worker has arrived."""
+        self._rm()._barrier("worker")
+
+    def all_reduce(self, input, mode="sum"):
+        """``input`` (number, list or array) reduced over all workers; mode: sum, mean, max, min or prod."""
+        modes = ("sum", "mean", "max", "min", "prod")
+        if not isinstance(mode, str) or mode.lower() not in modes:
+            raise InvalidArgument(f"all_reduce: mode must be one of {list(modes)}, got {mode!r}")
+        rm = self._rm()
+        if mode.lower() != "mean":
+            return rm._all_reduce(input, mode.lower(), "worker")
+        return rm._all_reduce(np.asarray(input, dtype=np.float64), "sum", "worker") / rm._worker_num()
+
+    # ---- parameter-server runtime (not in refimpl) --------------------------------------------
+    def _runtime(self, name):
+        rm = self._rm()
+        if rm._is_non_distributed():
+            logger.warning("%s() function doesn't work when use non_distributed fleet.", name)
+        elif self._is_collective:
+            logger.warning("You should not call '%s' method for collective mode.", name)
+        else:
+            raise Unimplemented(f"fleet.{name}(): refimpl has no parameter-server runtime")
+
+    def init_worker(self, scopes=None):
+        self._runtime("init_worker")
+
+    def init_server(self, *args, **kwargs):
+        self._runtime("init_server")
+
+    def run_server(self):
+        self._runtime("run_server")
+
+    def stop_worker(self):
+        self._runtime("stop_worker")
+
+    # ---- collective performance check ----------------------------------------------------------
+    def collective_perf(self, comm_type, round=50, size_and_time={}):  # noqa: B006 - Paddle's signature
+        """Time ``comm_type`` for each ``{nbytes: threshold seconds}``; return ``{nbytes: seconds/iter}``."""
+        if not self._is_collective:
+            logger.warning("fleet.collective_perf is only for collective mode, will return with no test acted.")
+            return None
+        if comm_type not in _PERF:
+            raise NotFound(f"collective_perf: unknown comm_type {comm_type!r}; expected one of {list(_PERF)}")
+        if isinstance(round, bool) or not isinstance(round, numbers.Integral) or round < 1:
+            raise InvalidArgument(f"collective_perf: round must be a positive int, got {round!r}")
+        results = {}
+        for size, time_threshold in dict(size_and_time).items():
+            results.update(self._collective_perf_impl(round=round, context={comm_type: [size, time_threshold]}))
+        return results
+
+    def _collective_perf_impl(self, round=50, context={}, hcg=None):  # noqa: B006
+        from refimpl.distributed import collective
+        hcg = self.get_hybrid_communicate_group() if hcg is None else hcg
+        if isinstance(hcg, tp.HybridCommunicateGroup):
+            dp, sharding = hcg.get_data_parallel_group(), hcg.get_sharding_parallel_group()
+            data_group = dp if dp.nranks > 1 else sharding if sharding.nranks > 1 else None
+            groups = {"data": data_group, "model": hcg.get_model_parallel_group()}
+        else:  # static groups only: every worker does data parallelism (Paddle's default topology)
+            groups = {"data": collective._get_group(None), "model": None}
+        results = {}
+        for comm_type, (nbytes, threshold) in context.items():
+            if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral):
+                raise InvalidArgumentType(f"collective_perf: message size {nbytes!r} is not an int number of bytes")
+            if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+                raise InvalidArgumentType(f"collective_perf: time threshold {threshold!r} for {nbytes}B "
+                                          f"is not a number of seconds")
+            if nbytes <= 0:
+                logger.warning("Size for collective performance check should be positive, but got %s", nbytes)
+                return results
+            x = np.zeros(int(nbytes) // 4, dtype=np.float32)
+            group = groups[_PERF[comm_type][2]]
+            self._perf(comm_type, 10, x, group, nbytes, -1, warmup=True)
+            ret = self._perf(comm_type, round, x, group, nbytes, threshold)
+            if ret is not None:
+                results[int(nbytes)] = ret
+        return results
+
+    def _perf(self, comm_type, iteration, x, group, perf_size, perf_threshold_time, warmup=False):
+        """Time ``iteration`` calls of one collective on ``group``; log the result (None if not run)."""
+        from refimpl.distributed import collective
+        if group is None or group.nranks <= 1:
+            if not warmup:
+                logger.warning("%s_perf is invalid, group invalid!", comm_type)
+            return None
+        collective.barrier()
+        p = group.nranks
+        if comm_type == "reduce_scatter":
+            if x.shape[0] % p != 0:
+                if not warmup:
+                    logger.warning("the shape of input[%d] can't be divided exactly by reduce_scatter "
+                                   "parallelism[%d], test stopped!", x.shape[0], p)
+                return None
+            out = np.empty(x.shape[0] // p, dtype=x.dtype)
+        run = {"allreduce": lambda: collective.all_reduce(x, group=group),
+               "reduce": lambda: collective.reduce(x, dst=min(group.ranks), group=group),
+               "broadcast": lambda: collective.broadcast(x, src=min(group.ranks), group=group),
+               "allgather": lambda: collective.all_gather([], x, group=group),
+               "reduce_scatter": lambda: collective.reduce_scatter(out, x, group=group)}[comm_type]
+        start = time.perf_counter()
+        for _ in range(iteration):
+            run()
+        ret = (time.perf_counter() - start) / iteration
+        if warmup:
+            return ret
+        test, name, _ = _PERF[comm_type]
+        logger.info("[%s] nbytes %sB test result: %s s/iter", test, perf_size, ret)
+        if perf_threshold_time > -1 and ret > perf_threshold_time:
+            logger.warning("[Perf Warning] %s Test Timeout! %s > %s", name, ret, perf_threshold_time)
+        return ret
+
+    def allreduce_perf(self, iteration, x, group, perf_size, perf_threshold_time, warmup=False):
+        self._perf("allreduce", iteration, x, group, perf_size, perf_threshold_time, warmup)
+
+    def reduce_perf(self, iteration, x, group, perf_size, perf_threshold_time):
+        self._perf("reduce", iteration, x, group, perf_size, perf_threshold_time)
+
+    def broadcast_perf(self, iteration, x, group, perf_size, perf_threshold_time):
+        self._perf("broadcast", iteration, x, group, perf_size, perf_threshold_time)
+
+    def allgather_perf(self, iteration, x, group, perf_size, perf_threshold_time):
+        self._perf("allgather", iteration, x, group, perf_size, perf_threshold_time)
+
+    def reduce_scatter_perf(self, iteration, x, group, perf_size, perf_threshold_time):
+        self._perf("reduce_scatter", iteration, x, group, perf_size, perf_threshold_time)
+
+    # ---- optimizer -----------------------------------------------------------------------------
+    def distributed_optimizer(self, optimizer, strategy=None):
+        """Wrap ``optimizer`` for distributed training; ``strategy`` (if given) replaces init's."""
+        self._rm()
+        self.user_defined_optimizer = optimizer
+        if strategy is not None:
+            _check_strategy(strategy)
+            if self._is_collective:
+                logger.warning("It is recommended to use DistributedStrategy in fleet.init(). The strategy here is "
+                               "only for compatibility. If the strategy in fleet.distributed_optimizer() is not "
+                               "None, then it will overwrite the DistributedStrategy in fleet.init(), which will "
+                               "take effect in distributed training.")
+            self._user_defined_strategy = copy.deepcopy(strategy)
+        self._context = {}
+        from .meta_optimizers import DistributedOptimizer
+        self._distributed_optimizer = DistributedOptimizer(optimizer, self._user_defined_strategy, fleet=self)
+        return self._distributed_optimizer
+
+    def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+        """``distributed_optimizer(...).minimize(...)``: returns ``(optimize_ops, params_grads)``."""
+        rm = self._rm()
+        if isinstance(loss, list):
+            if rm._is_non_distributed() or self._is_collective:
+                raise InvalidArgument("loss can be list only in PS mode")
+            raise Unimplemented("a list of losses needs parameter-server mode, which refimpl does not have")
+        if self._distributed_optimizer is None:
+            raise Unimplemented('Class "Optimizer" cannot be used directly as an optimizer, please use its '
+                                'subclasses such as "Adam" (call fleet.distributed_optimizer(optimizer) '
+                                'before fleet.minimize)')
+        return self._distributed_optimizer.minimize(loss, startup_program, parameter_list, no_grad_set)
+
+    def _from_context(self, key, empty, what):
+        if key not in self._context:
+            logger.warning("You may need to call minimize function before %s is called", what)
+            return empty
+        return self._context[key]
+
+    def _final_strategy(self):
+        return self._from_context("valid_strategy", {}, "this function")
+
+    def _get_applied_meta_list(self):
+        return self._from_context("applied_meta_list", [], "_get_applied_meta_list")
+
+    def _get_applied_graph_list(self):
+        return self._from_context("applied_graph_list", [], "_get_applied_graph_list")
+
+
+#: the module-level instance (``paddle.distributed.fleet.fleet``); its methods are the module functions
+fleet = Fleet()
+
+__all__ = ["Fleet", "fleet", "set_log_level", "get_log_level_code", "get_log_level_name"]

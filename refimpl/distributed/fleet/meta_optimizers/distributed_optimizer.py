@@ -1,0 +1,122 @@
+"""The strategy compiler and ``fleet.distributed_optimizer``'s optimizer.
+
+Mirrors ``paddle.distributed.fleet``'s static-graph meta-optimizers: the
+strategy decides which of them wrap the user's optimizer —
+``PipelineOptimizer`` (``pipeline`` / ``pp_degree > 1``: the program becomes
+this rank's pipeline Plan, with ``schedule_mode`` among the six schedules),
+``GradientMergeOptimizer`` (``gradient_merge``: update every ``k_steps``
+runs) and ``RawProgramOptimizer`` (data parallelism by allreduce insertion
+when there are several workers and no pipeline; with a pipeline the
+data-parallel allreduce happens inside each optimizer job). Their
+combinations work; ``_get_applied_meta_list()`` and ``_final_strategy()``
+report what was applied. Switches refimpl does not implement (amp,
+recompute, sharding, ...) raise Unimplemented naming the switch.
+"""
+import copy
+
+from refimpl.core.errors import InvalidArgument, Unimplemented
+from refimpl.distributed import collective
+from refimpl.framework.program import default_startup_program
+
+from .pipeline_optimizer import apply_pipeline
+
+
+class DistributedOptimizer:
+    """What ``fleet.distributed_optimizer(opt, strategy)`` returns."""
+
+    def __init__(self, inner_optimizer, strategy=None, fleet=None):
+        from refimpl.distributed.fleet.base.distributed_strategy import DistributedStrategy
+        if strategy is not None and not isinstance(strategy, DistributedStrategy):
+            raise InvalidArgument(f"distributed_optimizer: strategy must be a DistributedStrategy, "
+                                  f"got {type(strategy).__name__}")
+        self.inner_opt = inner_optimizer
+        self.user_defined_strategy = strategy if strategy is not None else DistributedStrategy()
+        self.fleet = fleet
+        self._applied = []
+        self._final = None
+
+    # ---- what the strategy asks for -------------------------------------------
+    def _world(self):
+        if self.fleet is not None and getattr(self.fleet, "_role_maker", None) is not None:
+            return self.fleet.worker_index(), self.fleet.worker_num()
+        return collective.get_rank(), collective.get_world_size()
+
+    def _degrees(self, world):
+        hc = self.user_defined_strategy.hybrid_configs
+        pp = int(hc.get("pp_degree", 1) or 1)
+        dp = int(hc.get("dp_degree", -1))
+        if dp in (-1, 0):
+            dp = max(1, world // pp)
+        if dp * pp != world:
+            raise InvalidArgument(f"hybrid_configs: dp_degree ({dp}) x pp_degree ({pp}) must equal the number "
+                                  f"of workers ({world})")
+        return dp, pp
+
+    def _check_supported(self, is_collective=True):
+        missing = self.user_defined_strategy._unimplemented_enabled(is_collective)
+        if missing:
+            raise Unimplemented(f"DistributedStrategy.{missing[0]} is set, but refimpl does not implement it "
+                                f"(all such switches set: {missing})")
+
+    # ---- minimize ---------------------------------------------------------------
+    def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+        """Backward and update of the inner optimizer, rewritten as the strategy says."""
+        self._check_supported()
+        s = self.user_defined_strategy
+        rank, world = self._world()
+        dp, pp = self._degrees(world)
+        gm = s.gradient_merge_configs if s.gradient_merge else {"k_steps": 1, "avg": True}
+        k = int(gm.get("k_steps", 1))
+        startup = startup_program or default_startup_program()
+        optimize_ops, params_grads = self.inner_opt.minimize(loss, startup, parameter_list, no_grad_set)
+        main = loss.block.program
+        applied = []
+        if s.pipeline or pp > 1:
+            apply_pipeline(main, startup, loss, s.pipeline_configs, rank, dp, pp, k, self.fleet)
+            applied.append("PipelineOptimizer")
+            if dp > 1:
+                applied.append("RawProgramOptimizer")
+        else:
+            if world > 1:
+                from refimpl.distributed.passes.data_parallel import apply_data_parallel
+                from refimpl.static.build_strategy import BuildStrategy
+                apply_data_parallel(main, world, rank, BuildStrategy())
+                _broadcast_params(startup, main)
+                applied.append("RawProgramOptimizer")
+            if k > 1:
+                from refimpl.distributed.passes import new_pass
+                new_pass("auto_parallel_gradient_merge_pass",
+                         {"k_steps": k, "avg": bool(gm.get("avg", True)),
+                          "gradient_sync_after_accumulate": world > 1,
+                          "params_grads": params_grads}).apply([main], [startup])
+        if k > 1:
+            applied.append("GradientMergeOptimizer")
+        self._applied = applied
+        self._final = self._final_from(applied)
+        return optimize_ops, params_grads
+
+    def _final_from(self, applied):
+        final = copy.deepcopy(self.user_defined_strategy)
+        final.pipeline = "PipelineOptimizer" in applied
+        final.gradient_merge = "GradientMergeOptimizer" in applied
+        return final
+
+    def _get_applied_meta_list(self):
+        return list(self._applied)
+
+    def _final_strategy(self):
+        if self._final is None:
+            raise InvalidArgument("_final_strategy: call minimize first")
+        return self._final
+
+    def __getattr__(self, name):  # everything else (get_lr, step ...) comes from the inner optimizer
+        return getattr(self.inner_opt, name)
+
+
+def _broadcast_params(startup, main):
+    """Every worker starts from worker 0's parameters (Paddle's RawProgramOptimizer broadcast)."""
+    block = startup.global_block()
+    for p in main.all_parameters():
+        if p.name in block.vars:
+            block.append_op(type="c_broadcast", inputs={"X": [p.name]}, outputs={"Out": [p.name]},
+                            attrs={"ring_id": 0, "root": 0, "use_calc_stream": True})
