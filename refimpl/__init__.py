@@ -8,6 +8,7 @@ from . import core, flags as _flags_mod, ops  # noqa: F401  (ops registers every
 from .core import CPUPlace, CUDAPlace
 from .core.dtypes import convert_dtype
 from .flags import get_flags, set_flags
+from .executor.backend import get_backend, set_backend
 from . import framework, executor, static, tensor, nn, optimizer, incubate, utils
 from .framework import unique_name
 from .tensor import (add, add_n, exp, log, pow, reciprocal, sqrt, cast, concat, divide, increment, matmul, mean, multiply, reshape, scale,

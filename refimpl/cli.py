@@ -3,17 +3,31 @@
 ``refimpl demo``: build an MLP with the static API, print its program,
 train it on synthetic data with a progress bar, and show the loss falling
 and what the garbage collector did.
+``refimpl run PROGRAM.json``: run a ``program/v1`` program (or an oracle
+record) with feeds from a ``.npz`` file and print the fetched values.
+``refimpl trace [PROGRAM.json]``: run the demo model or a program with the
+event trace on; write a Chrome trace and a memory-timeline PNG.
 ``refimpl schedule NAME --stages P --micro-batches M``: print a pipeline
 schedule as a grid with its bubble ratio (``--plot``, ``--trace`` for pictures).
+``refimpl version``: the versions of refimpl, the Paddle it mirrors, Python and NumPy.
+
+Paddle has no such tool (its CLI is ``python -m paddle.distributed.launch``);
+the subcommands wrap public refimpl APIs. Bad input (a missing file, a
+malformed program, a feed that does not fit) ends with exit code 2 and one
+line ``refimpl CMD: ErrorType: message`` on stderr, using refimpl's typed
+errors (``InvalidArgument``, ``NotFound``, ``PreconditionNotMet`` ...).
 """
 import argparse
+import json
+import os
 import sys
 
+PADDLE_VERSION = "3.3.1"
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="refimpl", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="train a small MLP and show the program, loss and GC stats")
+
+def _add_demo(sub):
+    demo = sub.add_parser("demo", help="train a small MLP and show the program, loss and GC stats",
+                          description="Train a small MLP and show the program, the loss and GC stats.")
     demo.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
     demo.add_argument("--batch", type=int, default=32, help="batch size (default 32)")
     demo.add_argument("--hidden", type=int, default=64, help="hidden width (default 64)")
@@ -21,14 +35,252 @@ def main(argv=None):
     demo.add_argument("--gc-gb", type=float, default=0.0,
                       help="FLAGS_eager_delete_tensor_gb: <0 no GC, 0 free at once, >0 batch (default 0)")
     demo.add_argument("--quiet-program", action="store_true", help="do not print the program text")
+    demo.set_defaults(func=_cmd_demo)
+
+
+def _cmd_demo(args):
+    from .demo import run_demo
+    return run_demo(args.steps, args.batch, args.hidden, args.seed, args.gc_gb,
+                    show_program=not args.quiet_program)
+
+
+def _program_arguments(p, required):
+    p.add_argument("program", metavar="PROGRAM.json", nargs=None if required else "?",
+                   help="a program/v1 JSON file, or a record with 'main' (and 'startup', "
+                        "'initial_persistables', 'feeds', 'loss_name') such as an oracle file")
+    p.add_argument("--feed", metavar="FEED.npz", help="feed arrays, one per data variable (np.savez)")
+    p.add_argument("--fetch", metavar="NAME", action="append", default=None,
+                   help="variable to fetch (repeat, or comma-separate; default: the record's loss)")
+    p.add_argument("--startup", metavar="STARTUP.json", help="a startup program/v1 to run first")
+    p.add_argument("--params", metavar="PARAMS.npz", help="persistable values to load before running")
+    p.add_argument("--steps", type=int, default=1, help="run the program this many times (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the startup program (default 0)")
+    p.add_argument("--gc-gb", type=float, default=0.0, help="FLAGS_eager_delete_tensor_gb (default 0)")
+
+
+def _add_run(sub):
+    p = sub.add_parser("run", help="run a program/v1 JSON program, feeding a .npz and printing fetches",
+                       description="Run a program/v1 JSON program: feed from a .npz file, print the "
+                                   "fetched values of the last step.")
+    _program_arguments(p, required=True)
+    p.set_defaults(func=_cmd_run)
+
+
+def _add_trace(sub):
+    p = sub.add_parser("trace", help="run with the event trace on; write a Chrome trace and a memory PNG",
+                       description="Run the demo model (no PROGRAM) or a program with the event trace "
+                                   "on; write a Chrome-trace JSON (chrome://tracing, Perfetto) and a "
+                                   "memory-timeline PNG of the last step.")
+    _program_arguments(p, required=False)
+    p.add_argument("--json", default="trace.json", metavar="PATH", help="Chrome trace (default trace.json)")
+    p.add_argument("--png", default="memory.png", metavar="PATH",
+                   help="memory timeline (default memory.png; '' for none)")
+    p.add_argument("--table", action="store_true", help="print the memory timeline as a table")
+    p.set_defaults(func=_cmd_trace)
+
+
+def _add_version(sub):
+    p = sub.add_parser("version", help="print the versions of refimpl, Paddle (mirrored), Python, NumPy",
+                       description="Print the versions of refimpl, the Paddle it mirrors, Python and NumPy.")
+    p.set_defaults(func=_cmd_version)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="refimpl", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_demo(sub)
+    _add_run(sub)
+    _add_trace(sub)
     from .schedule_cli import add_parser as add_schedule_parser
     add_schedule_parser(sub)
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        from .demo import run_demo
-        return run_demo(args.steps, args.batch, args.hidden, args.seed, args.gc_gb,
-                        show_program=not args.quiet_program)
+    _add_version(sub)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     return args.func(args)
+
+
+# --- run / trace ------------------------------------------------------------
+
+def _decode(entry):
+    """An oracle array ``{dtype, shape, data}`` -> ndarray."""
+    import numpy as np
+    return np.asarray(entry["data"], dtype=entry["dtype"]).reshape(entry["shape"])
+
+
+def _read_json(path, what):
+    from .core.errors import InvalidArgument, NotFound
+    if not os.path.isfile(path):
+        raise NotFound(f"{what} {path!r} does not exist")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InvalidArgument(f"{what} {path!r} is not JSON: {e}") from e
+
+
+def _read_npz(path, what):
+    import numpy as np
+    from .core.errors import InvalidArgument, NotFound
+    if not os.path.isfile(path):
+        raise NotFound(f"{what} {path!r} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (ValueError, OSError) as e:
+        raise InvalidArgument(f"{what} {path!r} is not a .npz file: {e}") from e
+
+
+def load_program_file(path):
+    """(main, startup or None, {name: initial value}, default feed, default fetch names)."""
+    from .core.errors import InvalidArgument
+    from .framework import Program
+    doc = _read_json(path, "program")
+    if not isinstance(doc, dict):
+        raise InvalidArgument(f"program {path!r}: expected a JSON object")
+    if "main" not in doc:
+        return Program.from_dict(doc), None, {}, {}, []
+    startup = Program.from_dict(doc["startup"]) if doc.get("startup") else None
+    initial = {k: _decode(v) for k, v in doc.get("initial_persistables", {}).items()}
+    feeds = doc.get("feeds") or [{}]
+    feed = {k: _decode(v) for k, v in feeds[0].items()}
+    fetch = [doc["loss_name"]] if doc.get("loss_name") else []
+    return Program.from_dict(doc["main"]), startup, initial, feed, fetch
+
+
+def _fetch_names(args, default):
+    if not args.fetch:
+        return default
+    return [n.strip() for item in args.fetch for n in item.split(",") if n.strip()]
+
+
+def _prepare(args):
+    """Load the program and its inputs, initialise a scope; (exe, scope, main, feed, fetch)."""
+    import refimpl as paddle
+    from .core.errors import InvalidArgument
+    if args.steps < 1:
+        raise InvalidArgument(f"--steps must be >= 1, got {args.steps}")
+    paddle.set_flags({"FLAGS_eager_delete_tensor_gb": args.gc_gb})
+    main, startup, initial, feed, fetch = load_program_file(args.program)
+    if args.startup:
+        startup = paddle.static.Program.from_dict(_read_json(args.startup, "startup program"))
+    if args.params:
+        initial.update(_read_npz(args.params, "params"))
+    if args.feed:
+        feed = _read_npz(args.feed, "feed")
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    scope = paddle.static.Scope()
+    if startup is not None:
+        paddle.seed(args.seed)
+        exe.run(startup, scope=scope)
+    for name, value in initial.items():
+        scope.var(name).get_tensor().set(value)
+    return exe, scope, main, feed, _fetch_names(args, fetch)
+
+
+def _train(exe, main, feed_fn, fetch, scope, steps, trace, err):
+    """Run ``steps`` times (a progress bar on stderr when > 1); trace the last run."""
+    import numpy as np
+    from .demo import _bar
+    values = []
+    for i in range(1, steps + 1):
+        values = exe.run(main, feed=feed_fn(i), fetch_list=fetch, scope=scope,
+                         trace=trace if i == steps else None)
+        if steps > 1:
+            shown = float(np.mean(values[0])) if values and np.size(values[0]) else 0.0
+            _bar(i, steps, shown, out=err)
+    if steps > 1 and getattr(err, "isatty", lambda: False)():
+        err.write("\n")
+    return values
+
+
+def _print_values(names, values, out):
+    import numpy as np
+    for name, v in zip(names, values):
+        v = np.asarray(v)
+        print(f"{name}: shape {list(v.shape)} dtype {v.dtype}", file=out)
+        print(np.array2string(v, precision=6, threshold=64, max_line_width=100), file=out)
+
+
+def _guarded(command, fn, args):
+    """Run a subcommand; typed refimpl errors become one stderr line and exit code 2."""
+    from .core.errors import EnforceNotMet
+    try:
+        return fn(args)
+    except EnforceNotMet as e:
+        msg = e.args[0] if e.args else ""
+        print(f"refimpl {command}: {e.kind}: {msg}", file=sys.stderr)
+        return 2
+
+
+def _cmd_run(args, out=None):
+    return _guarded("run", lambda a: _run(a, out or sys.stdout), args)
+
+
+def _run(args, out):
+    exe, scope, main, feed, fetch = _prepare(args)
+    values = _train(exe, main, lambda i: feed, fetch, scope, args.steps, None, sys.stderr)
+    _print_values(fetch, values, out)
+    return 0
+
+
+def _cmd_trace(args, out=None):
+    return _guarded("trace", lambda a: _trace(a, out or sys.stdout), args)
+
+
+def _demo_run(args, trace):
+    """The demo MLP: ``args.steps`` training steps on synthetic data, the last traced."""
+    import numpy as np
+    import refimpl as paddle
+    from .demo import build, synthetic
+    paddle.seed(args.seed)
+    paddle.set_flags({"FLAGS_eager_delete_tensor_gb": args.gc_gb})
+    main, startup, loss = build(16, 64, 4)
+    exe, scope = paddle.static.Executor(paddle.CPUPlace()), paddle.static.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(args.seed)
+    w_true = rng.standard_normal((16, 4)).astype("float32")
+
+    def feed(_):
+        x, y = synthetic(rng, 32, 16, 4, w_true)
+        return {"x": x, "label": y}
+    fetch = _fetch_names(args, [loss.name])
+    return exe, _train(exe, main, feed, fetch, scope, args.steps, trace, sys.stderr), fetch
+
+
+def _trace(args, out):
+    from . import viz
+    from .executor import Trace
+    trace = Trace()
+    if args.program:
+        exe, scope, main, feed, fetch = _prepare(args)
+        values = _train(exe, main, lambda i: feed, fetch, scope, args.steps, trace, sys.stderr)
+    else:
+        exe, values, fetch = _demo_run(args, trace)
+    _print_values(fetch, values, out)
+    stats = exe.memory_stats()
+    trace.to_chrome(args.json)
+    tl = viz.memory_timeline(trace, end=stats["live_bytes"])
+    if args.table:
+        print(viz.format_timeline(tl), file=out)
+    print(f"traced {len(trace.of_kind('op'))} ops, {len(trace.of_kind('alloc'))} allocations, "
+          f"{len(trace.of_kind('free'))} GC frees; peak {tl.peak} bytes", file=out)
+    print(f"wrote {args.json}", file=out)
+    if args.png:
+        viz.memory_png(tl, args.png)
+        print(f"wrote {args.png}", file=out)
+    return 0
+
+
+def _cmd_version(args, out=None):
+    import numpy as np
+    from . import __version__
+    out = out or sys.stdout
+    print(f"refimpl {__version__} (mirrors PaddlePaddle {PADDLE_VERSION}, static graph, legacy IR)", file=out)
+    print(f"python {sys.version.split()[0]}, numpy {np.__version__}", file=out)
+    return 0
 
 
 if __name__ == "__main__":

@@ -64,3 +64,12 @@ def test_paddle_env_matches_paddles_launcher_shape():
 def test_bad_arguments():
     out = launch("--nproc_per_node", "0", "x.py")
     assert out.returncode != 0 and "nproc_per_node" in out.stderr
+
+
+@pytest.mark.parametrize("mode", [[], ["--in-process"]])
+def test_fleet_hybrid_dp2_pp2_with_gradient_merge_equals_one_device(mode):
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                           "fleet_hybrid.py")
+    out = launch("--nproc_per_node", "4", *mode, example, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("match single-device training") == 4, out.stdout

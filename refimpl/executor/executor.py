@@ -19,6 +19,7 @@ from refimpl.core.scope import global_scope
 from refimpl.core.tensor import DenseTensor
 from refimpl.framework.program import Program, default_main_program
 
+from .backend import to_device, to_host
 from .gc_plan import no_need_buffer_inputs
 from .prepared import PreparedBlock
 
@@ -113,8 +114,9 @@ class PreparedProgram:
 
     def run(self, feed, trace=None):
         mem = self.block.memory
+        backend = self.block.backend
         for name, t in self.feed_tensors:
-            t._array = feed[name]
+            t._array = feed[name] if backend == "numpy" else to_device(feed[name], backend)
         self.run_ctx["trace"] = trace
         mem.reset(self.block.live_bytes())
         self.block.run(trace)
@@ -157,8 +159,8 @@ class Executor:
             scope.var(program.lr_var.name).get_tensor().set(np.array(scheduler(), dtype="float32"))
         values = prepared.run(feed, trace)
         if return_numpy:
-            return [np.array(v, copy=True) for v in values]
-        return [DenseTensor(np.array(v, copy=True), self.place) for v in values]
+            return [to_host(v) for v in values]
+        return [DenseTensor(to_host(v), self.place) for v in values]
 
     @staticmethod
     def _fetch_names(program, fetch_list):

@@ -16,6 +16,7 @@ from refimpl import flags
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 from refimpl.core.scope import global_scope
 
+from .backend import to_device, to_host
 from .garbage_collector import Memory
 from .gc_plan import no_need_buffer_inputs
 from .prepared import PreparedBlock
@@ -76,7 +77,7 @@ class PlanExecutor:
         fetch_names = [f if isinstance(f, str) else f.name for f in (fetch_list or [])]
         for m, micro in enumerate(split_feed(feed, n)):
             for name, arr in micro.items():
-                scopes[m].var(name).get_tensor()._array = arr
+                scopes[m].var(name).get_tensor()._array = to_device(arr, self.place.backend)
         blocks = [self._prepared(plan, job, scopes, scope, fetch_names) for job in plan.job_list()]
         self.memory.reset(_live_bytes(scope, scopes))
         for job, block in zip(plan.job_list(), blocks):
@@ -98,7 +99,7 @@ class PlanExecutor:
             if v is None or v.get_tensor()._array is None:
                 raise PreconditionNotMet(f"fetch {name!r}: micro-batch {m} holds no value after the plan ran "
                                          f"(is it computed on this rank's stage?)")
-            vals.append(np.array(v.get_tensor()._array, copy=True))
+            vals.append(to_host(v.get_tensor()._array))
         return np.stack(vals)
 
     def memory_stats(self):

@@ -13,6 +13,7 @@ from refimpl.ops.registry import get_op_def
 
 from refimpl.core.tensor import DenseTensor, TensorMeta
 
+from .backend import ensure as _ensure_backend
 from .garbage_collector import GarbageCollector, Memory
 from .gc_plan import eager_deletion_vars, no_need_buffer_inputs
 
@@ -101,7 +102,7 @@ class PreparedBlock:
         self.block = program.block(block_idx)
         self.scope = scope                  # where this block's temporaries live
         self.persist_scope = persist_scope  # where missing persistables are created
-        self.backend = backend
+        self.backend = _ensure_backend(backend)
         self.memory = memory or Memory()
         self.run_ctx = run_ctx if run_ctx is not None else {}  # feed/fetch lists etc.
         self.tensors = {}  # name -> DenseTensor, every var this block touches

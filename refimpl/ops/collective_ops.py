@@ -98,7 +98,8 @@ def _prepare_comm(ctx, op):
 def _write(dst, res, inplace, mem):
     old = dst._array
     if (inplace and old is not None and old is not res and old.shape == res.shape
-            and old.dtype == res.dtype and old.flags.writeable and _in_fused(old)):
+            and old.dtype == res.dtype and isinstance(old, np.ndarray) and old.flags.writeable
+            and _in_fused(old)):
         np.copyto(old, res)
         return
     dst._array = res

@@ -11,6 +11,7 @@ resolves variables and prepares sub-blocks. The feed and fetch lists are
 import numpy as np
 
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
+from refimpl.executor.backend import to_device, to_host
 
 from .registry import register_op
 
@@ -27,7 +28,7 @@ def _prepare_conditional_block(ctx, op):
             if c is None or c.size != 1:
                 raise PreconditionNotMet(f"conditional_block: Cond {op.input('Cond')[0]!r} must hold one "
                                          f"value when is_scalar_condition is set")
-            go = bool(c.reshape(-1)[0])
+            go = bool(to_host(c).reshape(-1)[0])
         else:
             go = all(t._array is not None and t._array.size > 0 for t in conds)
         if go:
@@ -49,7 +50,7 @@ def _prepare_feed(ctx, op):
         feeds = ctx.run_ctx.get("feed_list") or []
         if col >= len(feeds):
             raise InvalidArgument(f"feed op: column {col} of the feed list is missing")
-        a = np.asarray(feeds[col])
+        a = to_device(np.asarray(feeds[col]), ctx.backend)
         old = out._array
         out._array = a
         mem.live += a.nbytes - (old.nbytes if old is not None else 0)
@@ -64,7 +65,7 @@ def _prepare_fetch(ctx, op):
         fetched = ctx.run_ctx.setdefault("fetch_list", {})
         if src._array is None:
             raise PreconditionNotMet(f"fetch op: {op.input('X')[0]!r} holds no value")
-        fetched[col] = np.array(src._array, copy=True)
+        fetched[col] = to_host(src._array)
     return run
 
 

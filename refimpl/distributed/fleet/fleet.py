@@ -1,47 +1,39 @@
 """``Fleet``: the one object a distributed training script talks to.
 
-Mirrors ``paddle/distributed/fleet/fleet.py`` of Paddle 3.3.1 (class
-``Fleet`` and the module-level instance ``fleet`` whose bound methods are
-``paddle.distributed.fleet.init``, ``worker_index`` ...):
-
-* ``init(role_maker, is_collective, strategy, log_level)`` checks its
-  arguments as Paddle does, keeps a deep copy of the strategy, generates the
-  role and, in collective mode, sets up Paddle's static-graph groups (the
-  ``'global'`` ring, ring 3 with sharding, and a ``'model'`` group when
-  ``sharding`` / ``tensor_parallel`` ask for an mp degree > 1) and, when
-  ``hybrid_configs`` ask for a degree > 1, the ``HybridCommunicateGroup``;
-* the role accessors (``worker_index``, ``worker_endpoints`` ...),
-  ``barrier_worker`` and ``all_reduce`` (NumPy in, NumPy out);
-* ``collective_perf`` times allreduce / reduce / broadcast on the data (or
-  sharding) group and allgather / reduce_scatter on the model group;
-* ``distributed_optimizer`` / ``minimize``.
+Mirrors ``paddle/distributed/fleet/fleet.py`` of Paddle 3.3.1: class ``Fleet``
+and the instance ``fleet`` whose bound methods are the module functions
+(``fleet.init``, ``fleet.worker_index`` ...). ``init`` checks its arguments as
+Paddle does, keeps a deep copy of the strategy, generates the role and, in
+collective mode, sets up Paddle's static groups (the ``'global'`` ring, ring 3
+with sharding, a ``'model'`` group when sharding / tensor parallel ask for an
+mp degree > 1) and, when a ``hybrid_configs`` degree is > 1, the
+``HybridCommunicateGroup``. Then: the role accessors, ``barrier_worker``,
+``all_reduce`` (NumPy in and out), ``collective_perf`` (allreduce / reduce /
+broadcast on the data or sharding group, allgather / reduce_scatter on the
+model group), ``distributed_optimizer`` and ``minimize``.
 
 Differences from Paddle:
 
-* **Per-rank state.** Paddle has one process per rank; refimpl can run ranks
-  as threads (``run_in_process``), so a ``Fleet`` keeps its attributes per
-  rank context: ``fleet._role_maker`` read by rank 2's thread is rank 2's.
-* With no ``role_maker``, collective mode uses ``MPIRoleMaker`` (in-process
-  rank, else ``PADDLE_*`` environment, else MPI), and ``init`` joins the
-  communication world (``init_parallel_env``; under ``mpiexec`` call
-  ``fleet.init`` or ``init_parallel_env`` before anything else).
-* refimpl is static-graph only, yet builds the hybrid group as Paddle's
-  dygraph ``init`` does, but only when a degree is > 1 (context, expert and
-  moe-sharding degrees > 1 raise ``Unimplemented``); no model-parallel RNG
-  seeding. ``init`` always returns the fleet (Paddle's static ``init``
-  returns None unless it made a model group).
+* **Per-rank state.** refimpl can run ranks as threads, so a ``Fleet`` keeps
+  its attributes per rank context (``fleet._role_maker`` in rank 2's thread
+  is rank 2's).
+* Collective mode without a ``role_maker`` uses ``MPIRoleMaker``, and ``init``
+  first joins the in-process or MPI world (``init_parallel_env``).
+* Static-graph only, yet the hybrid group is built as by Paddle's dygraph
+  ``init``, when a degree is > 1 (context / expert / moe-sharding > 1:
+  ``Unimplemented``); no model-parallel RNG seeding. ``init`` returns the fleet.
 * ``distributed_optimizer`` returns a ``meta_optimizers.DistributedOptimizer``
   (Paddle's static one returns the fleet); ``fleet.minimize`` delegates to it.
-* ``collective_perf`` follows the seed (Paddle 3.3.1 itself comments its body
-  out), warms up on the tested group (Paddle's warm-up passes no group and
-  only logs a warning) and returns ``{nbytes: seconds per iteration}``.
+* ``collective_perf`` follows the seed (Paddle 3.3.1 comments its body out),
+  warms up on the tested group (Paddle's warm-up has no group and only warns)
+  and returns ``{nbytes: seconds per iteration}``.
 * Errors are typed and say what is wrong; each is also the builtin Paddle
-  raises (``ValueError`` for a bad ``is_collective``, ``AssertionError`` for a
-  missing hybrid group, ``AttributeError`` before ``init`` ...).
-* No parameter-server runtime: ``init_worker`` & co. only warn (collective or
-  non-distributed) or raise ``Unimplemented``; no ``save_*`` / ``load_*``.
+  raises (``ValueError``, ``AssertionError``, ``AttributeError`` before init).
+* No parameter-server runtime: ``init_worker`` & co. only warn or raise
+  ``Unimplemented``; no ``save_*`` / ``load_*``.
 """
 import copy
+import functools
 import logging
 import numbers
 import threading
@@ -121,8 +113,7 @@ class _RankState:
     def __init__(self):
         from refimpl.optimizer import Optimizer
         self._role_maker = self.strategy_compiler = self._runtime_handle = self._util = None
-        self._is_collective = False
-        self._context = {}
+        self._is_collective, self._context = False, {}
         self.user_defined_optimizer = Optimizer(0.0)  # as Paddle: a base optimizer until distributed_optimizer
         self._user_defined_strategy = self._hcg = self._topology = self._distributed_optimizer = None
 
@@ -136,6 +127,28 @@ _PERF = {  # comm type -> (test name in the log, name in the timeout warning, gr
 }
 _HYBRID_AXES = {"dp": "data", "pp": "pipe", "sharding": "sharding", "mp": "model", "sep": "sep", "cp": "context",
                 "ep": "expert", "moe_sharding": "moe_sharding"}
+
+
+def _ask(method, doc):
+    """A ``Fleet`` method answering the role maker's ``method()``."""
+    def accessor(self):
+        return getattr(self._rm(), method)()
+    accessor.__name__ = method.lstrip("_").replace("get_", "")  # _get_node_num -> node_num
+    accessor.__doc__ = doc
+    return accessor
+
+
+def _runtime(name):
+    """A parameter-server runtime method: a warning where Paddle's would do nothing, else Unimplemented."""
+    def method(self, *args, **kwargs):
+        if self._rm()._is_non_distributed():
+            logger.warning("%s() function doesn't work when use non_distributed fleet.", name)
+        elif self._is_collective:
+            logger.warning("You should not call '%s' method for collective mode.", name)
+        else:
+            raise Unimplemented(f"fleet.{name}(): refimpl has no parameter-server runtime")
+    method.__name__ = name
+    return method
 
 
 def _check_strategy(strategy):
@@ -200,7 +213,7 @@ class Fleet:
         self._hcg = self._topology = None
         if is_collective:
             self._init_collective_groups()
-            if not strategy.heter_ccl_mode and self._wants_hybrid():
+            if not strategy.heter_ccl_mode and any(strategy.hybrid_configs[f"{k}_degree"] > 1 for k in _HYBRID_AXES):
                 self._init_hybrid_parallel_env()
         return self
 
@@ -227,10 +240,6 @@ class Fleet:
             group_id = rank // mp_degree
             cg.set_comm_group("model", rank % mp_degree, mp_degree, 0,
                               [r for r in ranks if r // mp_degree == group_id])
-
-    def _wants_hybrid(self):
-        h = self._user_defined_strategy.hybrid_configs
-        return any(h[f"{k}_degree"] > 1 for k in _HYBRID_AXES)
 
     def _init_hybrid_parallel_env(self):
         """Build this rank's HybridCommunicateGroup from ``hybrid_configs`` (Paddle's dygraph setup)."""
@@ -269,43 +278,27 @@ class Fleet:
 
     def get_hybrid_communicate_group(self):
         if self._hcg is None:
-            raise PreconditionAssertion("no hybrid communicate group on this rank: call "
-                                        "fleet.init(is_collective=True, ...) first")
+            raise PreconditionAssertion("no hybrid communicate group on this rank: call fleet.init(...) first")
         return self._hcg
 
     def get_hybrid_parallel_topology(self):
         if self._topology is None:
             raise PreconditionAssertion("no hybrid parallel topology on this rank: call fleet.init(is_collective="
-                                        "True, strategy=...) with a hybrid_configs degree > 1 first")
+                                        "True, strategy=s) with a degree > 1 in s.hybrid_configs first")
         return self._topology
 
-    # ---- role accessors ------------------------------------------------------------------------
-    def is_first_worker(self):
-        return self._rm()._is_first_worker()
-
-    def worker_index(self):
-        return self._rm()._worker_index()
-
-    def worker_num(self):
-        return self._rm()._worker_num()
-
-    def node_num(self):
-        return self._rm()._get_node_num()
-
-    def local_rank(self):
-        return self._rm()._get_local_rank()
-
-    def local_device_ids(self):
-        return self._rm()._get_local_device_ids()
-
-    def world_device_ids(self):
-        return self._rm()._get_world_device_ids()
-
-    def is_worker(self):
-        return self._rm()._is_worker()
-
-    def is_coordinator(self):
-        return self._rm()._is_coordinator()
+    # ---- role accessors (the role maker's answers) --------------------------------------------------
+    is_first_worker = _ask("_is_first_worker", "Whether this is worker 0.")
+    worker_index = _ask("_worker_index", "This worker's index (its rank among the workers).")
+    worker_num = _ask("_worker_num", "The number of workers.")
+    node_num = _ask("_get_node_num", "The number of machines the workers run on.")
+    local_rank = _ask("_get_local_rank", "This worker's rank on its machine (a str, None if unknown).")
+    local_device_ids = _ask("_get_local_device_ids", "The device ids of this worker (None if unknown).")
+    world_device_ids = _ask("_get_world_device_ids", "The device ids of all workers (None if unknown).")
+    is_worker = _ask("_is_worker", "Whether this process is a worker.")
+    is_coordinator = _ask("_is_coordinator", "Whether this process is a coordinator.")
+    server_index = _ask("_server_index", "This process's index (as a server).")
+    is_server = _ask("_is_server", "Whether this process is a parameter server.")
 
     def worker_endpoints(self, to_string=False):
         eps = self._rm()._get_trainer_endpoints()
@@ -314,15 +307,9 @@ class Fleet:
     def server_num(self):
         return len(self._rm()._get_pserver_endpoints() or [])
 
-    def server_index(self):
-        return self._rm()._server_index()
-
     def server_endpoints(self, to_string=False):
         eps = self._rm()._get_pserver_endpoints()
         return ",".join(eps or []) if to_string else eps
-
-    def is_server(self):
-        return self._rm()._is_server()
 
     def barrier_worker(self):
         """Wait until every worker has arrived."""
@@ -339,26 +326,10 @@ class Fleet:
         return rm._all_reduce(np.asarray(input, dtype=np.float64), "sum", "worker") / rm._worker_num()
 
     # ---- parameter-server runtime (not in refimpl) --------------------------------------------
-    def _runtime(self, name):
-        rm = self._rm()
-        if rm._is_non_distributed():
-            logger.warning("%s() function doesn't work when use non_distributed fleet.", name)
-        elif self._is_collective:
-            logger.warning("You should not call '%s' method for collective mode.", name)
-        else:
-            raise Unimplemented(f"fleet.{name}(): refimpl has no parameter-server runtime")
-
-    def init_worker(self, scopes=None):
-        self._runtime("init_worker")
-
-    def init_server(self, *args, **kwargs):
-        self._runtime("init_server")
-
-    def run_server(self):
-        self._runtime("run_server")
-
-    def stop_worker(self):
-        self._runtime("stop_worker")
+    init_worker = _runtime("init_worker")
+    init_server = _runtime("init_server")
+    run_server = _runtime("run_server")
+    stop_worker = _runtime("stop_worker")
 
     # ---- collective performance check ----------------------------------------------------------
     def collective_perf(self, comm_type, round=50, size_and_time={}):  # noqa: B006 - Paddle's signature
@@ -435,20 +406,12 @@ class Fleet:
             logger.warning("[Perf Warning] %s Test Timeout! %s > %s", name, ret, perf_threshold_time)
         return ret
 
-    def allreduce_perf(self, iteration, x, group, perf_size, perf_threshold_time, warmup=False):
-        self._perf("allreduce", iteration, x, group, perf_size, perf_threshold_time, warmup)
-
-    def reduce_perf(self, iteration, x, group, perf_size, perf_threshold_time):
-        self._perf("reduce", iteration, x, group, perf_size, perf_threshold_time)
-
-    def broadcast_perf(self, iteration, x, group, perf_size, perf_threshold_time):
-        self._perf("broadcast", iteration, x, group, perf_size, perf_threshold_time)
-
-    def allgather_perf(self, iteration, x, group, perf_size, perf_threshold_time):
-        self._perf("allgather", iteration, x, group, perf_size, perf_threshold_time)
-
-    def reduce_scatter_perf(self, iteration, x, group, perf_size, perf_threshold_time):
-        self._perf("reduce_scatter", iteration, x, group, perf_size, perf_threshold_time)
+    # Paddle's per-type methods: (iteration, x, group, perf_size, perf_threshold_time[, warmup])
+    allreduce_perf = functools.partialmethod(_perf, "allreduce")
+    reduce_perf = functools.partialmethod(_perf, "reduce")
+    broadcast_perf = functools.partialmethod(_perf, "broadcast")
+    allgather_perf = functools.partialmethod(_perf, "allgather")
+    reduce_scatter_perf = functools.partialmethod(_perf, "reduce_scatter")
 
     # ---- optimizer -----------------------------------------------------------------------------
     def distributed_optimizer(self, optimizer, strategy=None):
@@ -481,20 +444,27 @@ class Fleet:
                                 'before fleet.minimize)')
         return self._distributed_optimizer.minimize(loss, startup_program, parameter_list, no_grad_set)
 
-    def _from_context(self, key, empty, what):
-        if key not in self._context:
-            logger.warning("You may need to call minimize function before %s is called", what)
-            return empty
-        return self._context[key]
+    def _report(self, key, empty, name):
+        """``self._context[key]`` (Paddle's place), else the DistributedOptimizer's own ``name()`` report."""
+        if key in self._context:
+            return self._context[key]
+        getter = getattr(self._distributed_optimizer, name, None)
+        if getter is not None:
+            try:
+                return getter()
+            except InvalidArgument:  # not minimized yet
+                pass
+        logger.warning("You may need to call minimize function before %s is called", name)
+        return empty
 
     def _final_strategy(self):
-        return self._from_context("valid_strategy", {}, "this function")
+        return self._report("valid_strategy", {}, "_final_strategy")
 
     def _get_applied_meta_list(self):
-        return self._from_context("applied_meta_list", [], "_get_applied_meta_list")
+        return self._report("applied_meta_list", [], "_get_applied_meta_list")
 
     def _get_applied_graph_list(self):
-        return self._from_context("applied_graph_list", [], "_get_applied_graph_list")
+        return self._report("applied_graph_list", [], "_get_applied_graph_list")
 
 
 #: the module-level instance (``paddle.distributed.fleet.fleet``); its methods are the module functions

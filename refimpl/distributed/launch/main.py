@@ -54,7 +54,11 @@ def paddle_env(rank, world_size, local_rank, local_size, host="127.0.0.1"):
 
 def _run_script(script, args):
     sys.argv = [script] + list(args)
-    runpy.run_path(script, run_name="__main__")
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:  # sys.exit(0) from a rank is success; anything else is that rank failing
+        if exc.code not in (0, None):
+            raise RuntimeError(f"{script} exited with status {exc.code}") from None
 
 
 def _child(args):

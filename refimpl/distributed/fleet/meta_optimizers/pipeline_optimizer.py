@@ -41,10 +41,15 @@ def _even_cuts(main, n):
 
 def _topology(rank, dp, pp, fleet):
     """(dp index, stage, pipe groups [ranks per replica], dp rings {stage: ring})."""
+    from refimpl.distributed.fleet.base.topology import HybridCommunicateGroup
     ctx = context.current()
-    hcg = fleet.get_hybrid_communicate_group() if fleet is not None and hasattr(
-        fleet, "get_hybrid_communicate_group") else None
-    if hcg is not None:
+    hcg = None
+    if fleet is not None:
+        try:
+            hcg = fleet.get_hybrid_communicate_group()
+        except AssertionError:  # fleet.init was not called: no topology yet
+            hcg = None
+    if isinstance(hcg, HybridCommunicateGroup) and hcg.get_pipe_parallel_world_size() == pp:
         topo = hcg.topology()
         pipes = [sorted(g) for g in topo.get_comm_list("pipe")]
         d, stage = hcg.get_data_parallel_rank(), hcg.get_stage_id()

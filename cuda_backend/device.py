@@ -1,0 +1,160 @@
+"""Device arrays, transfers and launch configurations for the CUDA backend.
+
+Mirrors what Paddle's GPU ``DeviceContext`` and allocator give a kernel: a
+place to allocate output tensors (here ``numba.cuda.device_array``, whose
+``nbytes`` equals the NumPy array's, so the executor's memory accounting is
+byte for byte the CPU one) and a launch configuration. Differences: there is
+one stream (numba's default), so kernels run in program order; the
+allocator is numba's (frees go back when the last reference dies, batched by
+numba's deferred-deallocation queue, which plays the stream-ordered
+collector).
+
+Launches use grid-stride loops, so any grid is correct: on a GPU the grid
+covers the data, under the simulator (``NUMBA_ENABLE_CUDASIM=1``, one Python
+thread per CUDA thread) it is a couple of threads, set by
+``REFIMPL_CUDASIM_LAUNCH="blocks,threads"`` (default "1,2").
+"""
+import math
+import os
+
+import numpy as np
+
+from refimpl.core.errors import Unavailable
+
+MAXD = 6  # highest rank the broadcasting / strided kernels take (shapes are padded to it)
+
+
+class CudaUnavailable(Unavailable):
+    """CUDA was asked for, but there is neither a GPU (with its driver) nor the simulator."""
+
+
+try:
+    from numba import config as _nb_config
+    from numba import cuda
+    _IMPORT_ERROR = None
+except ImportError as exc:  # numba / numba-cuda not installed
+    cuda, _nb_config, _IMPORT_ERROR = None, None, exc
+
+
+def simulated():
+    return bool(cuda is not None and _nb_config.ENABLE_CUDASIM)
+
+
+def available():
+    """True when kernels can run: a CUDA GPU with its driver, or numba's simulator."""
+    if cuda is None:
+        return False
+    try:
+        return bool(cuda.is_available())
+    except Exception:  # noqa: BLE001  (a broken driver counts as no GPU)
+        return False
+
+
+def require():
+    """Raise :class:`CudaUnavailable` (saying why) unless kernels can run."""
+    if cuda is None:
+        raise CudaUnavailable(f"the CUDA backend needs numba and numba-cuda (pip install numba numba-cuda): "
+                              f"{_IMPORT_ERROR}")
+    if not available():
+        raise CudaUnavailable("the CUDA backend was requested but no CUDA GPU is available and the simulator "
+                              "is off; set NUMBA_ENABLE_CUDASIM=1 (before numba is imported) to use the "
+                              "simulator, or use the numpy backend")
+
+
+# ---- launch configuration --------------------------------------------------------
+def _sim_launch():
+    text = os.environ.get("REFIMPL_CUDASIM_LAUNCH", "1,2")
+    b, t = (int(v) for v in text.split(","))
+    return max(b, 1), max(t, 1)
+
+
+THREADS = 256
+MAX_BLOCKS = 1024
+SIM_LAUNCH = _sim_launch()
+
+
+def grid(n):
+    """(blocks, threads) for ``n`` independent work items of a grid-stride kernel."""
+    if simulated():
+        return SIM_LAUNCH
+    return max(1, min(MAX_BLOCKS, math.ceil(n / THREADS))), THREADS
+
+
+def launch(kernel, n, *args):
+    """Run ``kernel`` over ``n`` work items (nothing when ``n == 0``)."""
+    if n > 0:
+        blocks, threads = grid(n)
+        kernel[blocks, threads](*args)
+
+
+# ---- arrays ----------------------------------------------------------------------------
+def is_device(a):
+    return getattr(a, "__cuda_ndarray__", False) or hasattr(a, "__cuda_array_interface__")
+
+
+def empty(shape, dtype):
+    return cuda.device_array(tuple(int(d) for d in shape), dtype=np.dtype(dtype))
+
+
+def to_device(a):
+    """``a`` on the device: device arrays pass through, host values are copied (contiguous)."""
+    if a is None or is_device(a):
+        return a
+    return cuda.to_device(np.ascontiguousarray(a))
+
+
+def to_host(a):
+    """A host NumPy copy of ``a`` (device or host)."""
+    if is_device(a):
+        return a.copy_to_host()
+    return np.array(a, copy=True)
+
+
+def dev(a):
+    """A kernel input on the device (host inputs, e.g. persistables set with ``tensor.set``, are copied)."""
+    return a if a is None or is_device(a) else to_device(a)
+
+
+def flat(a):
+    """A contiguous device array as 1-D (a view; 0-d arrays become shape (1,))."""
+    return a.reshape(max(a.size, 1)) if a.ndim != 1 else a
+
+
+def scalar_of(a, dtype=None):
+    """Element 0 of a small tensor as a host scalar (a device -> host read, as Paddle's ``GetValue``)."""
+    v = to_host(a).reshape(-1)[0] if is_device(a) else np.asarray(a).reshape(-1)[0]
+    return np.dtype(dtype).type(v) if dtype is not None else v
+
+
+def copy(a):
+    """A fresh device copy of device array ``a``."""
+    out = empty(a.shape, a.dtype)
+    if a.size:
+        out.copy_to_device(a)
+    return out
+
+
+# ---- shapes -------------------------------------------------------------------------------
+def contiguous_strides(shape):
+    """Element strides of a C-contiguous array of ``shape``."""
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
+def padded(shape, fill=1):
+    """``shape`` left-padded with ``fill`` to MAXD dims."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) > MAXD:
+        raise Unavailable(f"cuda backend: tensors of rank {len(shape)} > {MAXD} are not supported")
+    return (fill,) * (MAXD - len(shape)) + shape
+
+
+def bcast_strides(in_shape, out_shape):
+    """MAXD element strides reading an ``in_shape`` array broadcast to ``out_shape`` (0 on broadcast dims)."""
+    ins = padded(in_shape)
+    outs = padded(out_shape)
+    st = padded(contiguous_strides(tuple(in_shape)), 0)
+    return tuple(0 if (i == 1 and o != 1) else s for i, o, s in zip(ins, outs, st))

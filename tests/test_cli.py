@@ -1,0 +1,149 @@
+"""The ``refimpl`` subcommands ``run``, ``trace``, ``version`` and ``--help`` everywhere."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import refimpl as paddle
+from refimpl.cli import main
+from oracle import ORACLE, load
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUBCOMMANDS = ["demo", "run", "trace", "schedule", "version"]
+
+
+def _build():
+    main_p, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main_p, startup), paddle.utils.unique_name.guard():
+        x = paddle.static.data("x", [None, 3], "float32")
+        loss = paddle.mean(paddle.static.nn.fc(x, 2))
+    return main_p, startup, loss
+
+
+@pytest.fixture
+def files(tmp_path):
+    """A program/v1 main and startup, a feed and params .npz, and the reference fetch."""
+    main_p, startup, loss = _build()
+    (tmp_path / "main.json").write_text(json.dumps(main_p.to_dict()))
+    (tmp_path / "startup.json").write_text(json.dumps(startup.to_dict()))
+    x = np.arange(6, dtype="float32").reshape(2, 3)
+    w = np.linspace(-1, 1, 6).astype("float32").reshape(3, 2)
+    np.savez(tmp_path / "feed.npz", x=x)
+    np.savez(tmp_path / "params.npz", **{"fc_0.w_0": w})
+    return tmp_path, loss.name, float(np.mean(x @ w))
+
+
+def _value_after(name, text):
+    m = re.search(rf"^{re.escape(name)}: shape \[[0-9, ]*\] dtype \w+\n(.+)$", text, re.M)
+    assert m, text
+    return m.group(1)
+
+
+@pytest.mark.parametrize("sub", SUBCOMMANDS)
+def test_every_subcommand_has_help(sub, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([sub, "--help"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: refimpl {sub}")
+
+
+def test_version(capsys):
+    assert main(["version"]) == 0
+    out = capsys.readouterr().out
+    assert f"refimpl {paddle.__version__}" in out and "PaddlePaddle 3.3.1" in out
+    assert f"numpy {np.__version__}" in out
+
+
+def test_run_program_with_startup_params_and_feed(files, capsys):
+    d, loss, expected = files
+    rc = main(["run", str(d / "main.json"), "--startup", str(d / "startup.json"),
+               "--params", str(d / "params.npz"), "--feed", str(d / "feed.npz"), "--fetch", loss])
+    assert rc == 0
+    assert float(_value_after(loss, capsys.readouterr().out)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_run_fetches_several_names(files, capsys):
+    d, loss, _ = files
+    assert main(["run", str(d / "main.json"), "--startup", str(d / "startup.json"), "--feed",
+                 str(d / "feed.npz"), "--fetch", f"{loss},fc_0.b_0", "--fetch", "fc_0.tmp_0"]) == 0
+    out = capsys.readouterr().out
+    assert "fc_0.b_0: shape [2] dtype float32" in out and "fc_0.tmp_0: shape [2, 2]" in out
+    assert out.index(f"{loss}:") < out.index("fc_0.b_0:") < out.index("fc_0.tmp_0:")
+
+
+def test_run_oracle_record_gives_paddles_first_loss(capsys):
+    rec = load(os.path.join(ORACLE, "programs", "00_mlp_sgd.json"))
+    assert main(["run", os.path.join(ORACLE, "programs", "00_mlp_sgd.json")]) == 0
+    got = float(_value_after(rec["loss_name"], capsys.readouterr().out))
+    assert got == pytest.approx(rec["fetched_loss"][0]["data"][0], rel=1e-5)
+
+
+def test_run_steps_draws_a_progress_bar(files, capsys):
+    d, loss, _ = files
+    assert main(["run", str(d / "main.json"), "--startup", str(d / "startup.json"),
+                 "--feed", str(d / "feed.npz"), "--fetch", loss, "--steps", "3"]) == 0
+    assert re.search(r"\[#+\] step +3/3", capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("case, kind, words", [
+    ("missing_program", "NotFound", "does not exist"),
+    ("not_json", "InvalidArgument", "is not JSON"),
+    ("malformed", "InvalidArgument", "malformed program/v1"),
+    ("missing_feed", "InvalidArgument", "feed 'x' is missing"),
+    ("bad_npz", "InvalidArgument", "is not a .npz file"),
+    ("unknown_fetch", "NotFound", "fetch 'nope'"),
+    ("no_startup", "PreconditionNotMet", "did you run the startup program"),
+    ("bad_steps", "InvalidArgument", "--steps must be >= 1"),
+])
+def test_run_bad_input_gives_typed_errors(files, capsys, case, kind, words):
+    d, loss, _ = files
+    (d / "text.json").write_text("not json")
+    (d / "bad.json").write_text(json.dumps({"blocks": 3}))
+    (d / "bad.npz").write_text("nope")
+    prog, st = str(d / "main.json"), ["--startup", str(d / "startup.json")]
+    feed = ["--feed", str(d / "feed.npz")]
+    argv = {"missing_program": [str(d / "none.json")], "not_json": [str(d / "text.json")],
+            "malformed": [str(d / "bad.json")], "missing_feed": [prog] + st + ["--fetch", loss],
+            "bad_npz": [prog] + st + ["--feed", str(d / "bad.npz")],
+            "unknown_fetch": [prog] + st + feed + ["--fetch", "nope"],
+            "no_startup": [prog] + feed + ["--fetch", loss],
+            "bad_steps": [prog] + st + feed + ["--steps", "0"]}[case]
+    assert main(["run"] + argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"refimpl run: {kind}: ") and words in err
+
+
+def test_trace_demo_writes_chrome_trace_and_png(tmp_path, capsys):
+    js, png = tmp_path / "t.json", tmp_path / "m.png"
+    assert main(["trace", "--steps", "2", "--json", str(js), "--png", str(png), "--table"]) == 0
+    out = capsys.readouterr().out
+    n_ops = int(re.search(r"traced (\d+) ops", out).group(1))
+    events = json.loads(js.read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in events) == n_ops > 10
+    assert any(e["name"] == "momentum" for e in events)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    peak = int(re.search(r"peak (\d+) bytes", out).group(1))
+    assert max(e["args"]["bytes"] for e in events if e["ph"] == "C") <= peak
+
+
+def test_trace_program_and_no_png(files, capsys):
+    d, loss, expected = files
+    js = d / "t.json"
+    assert main(["trace", str(d / "main.json"), "--startup", str(d / "startup.json"), "--params",
+                 str(d / "params.npz"), "--feed", str(d / "feed.npz"), "--fetch", loss,
+                 "--json", str(js), "--png", ""]) == 0
+    out = capsys.readouterr().out
+    assert float(_value_after(loss, out)) == pytest.approx(expected, rel=1e-5)
+    names = [e["name"] for e in json.loads(js.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert names == ["mul", "elementwise_add", "reduce_mean"]
+    assert "wrote" in out and ".png" not in out
+
+
+def test_console_entry_point_runs_version():
+    out = subprocess.run([sys.executable, "-m", "refimpl.cli", "version"], capture_output=True,
+                         text=True, check=True, cwd=ROOT, timeout=120).stdout
+    assert out.startswith("refimpl ")
