@@ -33,25 +33,25 @@ Differences from Paddle:
   ``Unimplemented``; no ``save_*`` / ``load_*``.
 """
 import copy
-import functools
 import logging
-import numbers
 import threading
-import time
 import weakref
 
 import numpy as np
 
-from refimpl.core.errors import InvalidArgument, NotFound, PreconditionNotMet, Unimplemented
+from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplemented
 
-from .base.compat_errors import InvalidArgumentAssertion, InvalidArgumentAttribute, InvalidArgumentType
+from .base.compat_errors import InvalidArgumentAssertion, InvalidArgumentAttribute
 from .base.compat_errors import PreconditionAssertion
 from .base.distributed_strategy import DistributedStrategy
 from .base.mpi_role_maker import MPIRoleMaker
 from .base.role_maker import PaddleCloudRoleMaker, RoleMakerBase
 from .base import topology as tp
+from .collective_perf import CollectivePerf
 
 logger = logging.getLogger("refimpl.distributed.fleet")
+_HYBRID_AXES = {"dp": "data", "pp": "pipe", "sharding": "sharding", "mp": "model", "sep": "sep", "cp": "context",
+                "ep": "expert", "moe_sharding": "moe_sharding"}
 
 #: not initialised yet (Paddle: AttributeError on its ``None`` role maker)
 NotInitialized = type("NotInitialized", (PreconditionNotMet, AttributeError), {"kind": PreconditionNotMet.kind})
@@ -118,16 +118,6 @@ class _RankState:
         self._user_defined_strategy = self._hcg = self._topology = self._distributed_optimizer = None
 
 
-_PERF = {  # comm type -> (test name in the log, name in the timeout warning, group kind)
-    "allreduce": ("AllReduceTest", "AllReduce", "data"),
-    "reduce": ("ReduceTest", "Reduce", "data"),
-    "broadcast": ("BroadcastTest", "Broadcast", "data"),
-    "allgather": ("AllgatherTest", "Allgather", "model"),
-    "reduce_scatter": ("ReduceScatterTest", "ReduceScatter", "model"),
-}
-_HYBRID_AXES = {"dp": "data", "pp": "pipe", "sharding": "sharding", "mp": "model", "sep": "sep", "cp": "context",
-                "ep": "expert", "moe_sharding": "moe_sharding"}
-
 
 def _ask(method, doc):
     """A ``Fleet`` method answering the role maker's ``method()``."""
@@ -157,7 +147,7 @@ def _check_strategy(strategy):
                                        f"but got {type(strategy)}")
 
 
-class Fleet:
+class Fleet(CollectivePerf):
     """Unified API for distributed training (see the module docstring); one state per rank."""
 
     def __init__(self):
@@ -330,88 +320,6 @@ class Fleet:
     init_server = _runtime("init_server")
     run_server = _runtime("run_server")
     stop_worker = _runtime("stop_worker")
-
-    # ---- collective performance check ----------------------------------------------------------
-    def collective_perf(self, comm_type, round=50, size_and_time={}):  # noqa: B006 - Paddle's signature
-        """Time ``comm_type`` for each ``{nbytes: threshold seconds}``; return ``{nbytes: seconds/iter}``."""
-        if not self._is_collective:
-            logger.warning("fleet.collective_perf is only for collective mode, will return with no test acted.")
-            return None
-        if comm_type not in _PERF:
-            raise NotFound(f"collective_perf: unknown comm_type {comm_type!r}; expected one of {list(_PERF)}")
-        if isinstance(round, bool) or not isinstance(round, numbers.Integral) or round < 1:
-            raise InvalidArgument(f"collective_perf: round must be a positive int, got {round!r}")
-        results = {}
-        for size, time_threshold in dict(size_and_time).items():
-            results.update(self._collective_perf_impl(round=round, context={comm_type: [size, time_threshold]}))
-        return results
-
-    def _collective_perf_impl(self, round=50, context={}, hcg=None):  # noqa: B006
-        from refimpl.distributed import collective
-        hcg = self.get_hybrid_communicate_group() if hcg is None else hcg
-        if isinstance(hcg, tp.HybridCommunicateGroup):
-            dp, sharding = hcg.get_data_parallel_group(), hcg.get_sharding_parallel_group()
-            data_group = dp if dp.nranks > 1 else sharding if sharding.nranks > 1 else None
-            groups = {"data": data_group, "model": hcg.get_model_parallel_group()}
-        else:  # static groups only: every worker does data parallelism (Paddle's default topology)
-            groups = {"data": collective._get_group(None), "model": None}
-        results = {}
-        for comm_type, (nbytes, threshold) in context.items():
-            if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral):
-                raise InvalidArgumentType(f"collective_perf: message size {nbytes!r} is not an int number of bytes")
-            if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
-                raise InvalidArgumentType(f"collective_perf: time threshold {threshold!r} for {nbytes}B "
-                                          f"is not a number of seconds")
-            if nbytes <= 0:
-                logger.warning("Size for collective performance check should be positive, but got %s", nbytes)
-                return results
-            x = np.zeros(int(nbytes) // 4, dtype=np.float32)
-            group = groups[_PERF[comm_type][2]]
-            self._perf(comm_type, 10, x, group, nbytes, -1, warmup=True)
-            ret = self._perf(comm_type, round, x, group, nbytes, threshold)
-            if ret is not None:
-                results[int(nbytes)] = ret
-        return results
-
-    def _perf(self, comm_type, iteration, x, group, perf_size, perf_threshold_time, warmup=False):
-        """Time ``iteration`` calls of one collective on ``group``; log the result (None if not run)."""
-        from refimpl.distributed import collective
-        if group is None or group.nranks <= 1:
-            if not warmup:
-                logger.warning("%s_perf is invalid, group invalid!", comm_type)
-            return None
-        collective.barrier()
-        p = group.nranks
-        if comm_type == "reduce_scatter":
-            if x.shape[0] % p != 0:
-                if not warmup:
-                    logger.warning("the shape of input[%d] can't be divided exactly by reduce_scatter "
-                                   "parallelism[%d], test stopped!", x.shape[0], p)
-                return None
-            out = np.empty(x.shape[0] // p, dtype=x.dtype)
-        run = {"allreduce": lambda: collective.all_reduce(x, group=group),
-               "reduce": lambda: collective.reduce(x, dst=min(group.ranks), group=group),
-               "broadcast": lambda: collective.broadcast(x, src=min(group.ranks), group=group),
-               "allgather": lambda: collective.all_gather([], x, group=group),
-               "reduce_scatter": lambda: collective.reduce_scatter(out, x, group=group)}[comm_type]
-        start = time.perf_counter()
-        for _ in range(iteration):
-            run()
-        ret = (time.perf_counter() - start) / iteration
-        if warmup:
-            return ret
-        test, name, _ = _PERF[comm_type]
-        logger.info("[%s] nbytes %sB test result: %s s/iter", test, perf_size, ret)
-        if perf_threshold_time > -1 and ret > perf_threshold_time:
-            logger.warning("[Perf Warning] %s Test Timeout! %s > %s", name, ret, perf_threshold_time)
-        return ret
-
-    # Paddle's per-type methods: (iteration, x, group, perf_size, perf_threshold_time[, warmup])
-    allreduce_perf = functools.partialmethod(_perf, "allreduce")
-    reduce_perf = functools.partialmethod(_perf, "reduce")
-    broadcast_perf = functools.partialmethod(_perf, "broadcast")
-    allgather_perf = functools.partialmethod(_perf, "allgather")
-    reduce_scatter_perf = functools.partialmethod(_perf, "reduce_scatter")
 
     # ---- optimizer -----------------------------------------------------------------------------
     def distributed_optimizer(self, optimizer, strategy=None):

@@ -1,0 +1,39 @@
+"""The CUDA backend: numba.cuda kernels registered into refimpl's op registry.
+
+Mirrors Paddle's GPU kernels (``phi/kernels/gpu``) and ``CUDAPlace``: the
+same op types, slots and attrs as the NumPy kernels in ``refimpl.ops``,
+registered under the "cuda" key, so the interpreter, the GC, the passes and
+the schedules are shared and only the kernels differ. Tensors hold numba
+device arrays; feeds and fetches are the only host transfers of a step
+(``refimpl.executor.backend``). Without a GPU, ``NUMBA_ENABLE_CUDASIM=1``
+(set before numba is imported) runs the same kernels in numba's simulator.
+
+Use: ``refimpl.set_backend("cuda")``, ``REFIMPL_BACKEND=cuda`` or
+``Executor(CUDAPlace(0))``; importing this package registers nothing until
+:func:`require` succeeds.
+"""
+from .device import CudaUnavailable, available, simulated, to_host  # noqa: F401
+from . import device as _device
+
+_installed = []
+
+
+def require():
+    """Check that CUDA (or the simulator) is there, then register every cuda kernel once."""
+    _device.require()
+    if not _installed:
+        from . import (ops_activation, ops_collective, ops_creation, ops_manipulation,  # noqa: F401
+                       ops_math, ops_matmul, ops_nn, ops_optimizer)
+        _installed.append(True)
+
+
+def to_device(array):
+    """A host array copied to the device (device arrays pass through)."""
+    require()
+    return _device.to_device(array)
+
+
+def missing_kernels():
+    """Op types that have a NumPy kernel but no CUDA one (empty once everything is registered)."""
+    from refimpl.ops.registry import OPS
+    return sorted(t for t, d in OPS.items() if "numpy" in d.kernels and "cuda" not in d.kernels)
