@@ -16,6 +16,7 @@ thread per CUDA thread) it is a couple of threads, set by
 """
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -61,6 +62,29 @@ def require():
                               "simulator, or use the numpy backend")
 
 
+def _no_fma_contraction():
+    """Compile without fusing ``a * b + c`` into an FMA (NVVM's default), unless fastmath is asked for.
+
+    NumPy rounds the product and the sum separately; so must the kernels for
+    float32 results to match the CPU backend bit for bit.
+    """
+    from numba.cuda.cudadrv import nvvm
+    if getattr(nvvm.compile_ir, "_refimpl", False):
+        return
+    original = nvvm.compile_ir
+
+    def compile_ir(llvmir, **options):
+        if not options.get("fastmath"):
+            options.setdefault("fma", False)
+        return original(llvmir, **options)
+    compile_ir._refimpl = True
+    nvvm.compile_ir = compile_ir
+
+
+if cuda is not None and not _nb_config.ENABLE_CUDASIM:
+    _no_fma_contraction()
+
+
 # ---- launch configuration --------------------------------------------------------
 def _sim_launch():
     text = os.environ.get("REFIMPL_CUDASIM_LAUNCH", "1,2")
@@ -80,10 +104,26 @@ def grid(n):
     return max(1, min(MAX_BLOCKS, math.ceil(n / THREADS))), THREADS
 
 
+_SIM_LOCK = threading.Lock()
+
+
 def launch(kernel, n, *args):
     """Run ``kernel`` over ``n`` work items (nothing when ``n == 0``)."""
     if n > 0:
         blocks, threads = grid(n)
+        launch_config(kernel, blocks, threads, *args)
+
+
+def launch_config(kernel, blocks, threads, *args):
+    """``kernel[blocks, threads](*args)``; one launch at a time under the simulator.
+
+    The simulator swaps the kernel's ``cuda`` module for its fake one while a
+    launch runs, which two in-process ranks (threads) must not do at once.
+    """
+    if simulated():
+        with _SIM_LOCK:
+            kernel[blocks, threads](*args)
+    else:
         kernel[blocks, threads](*args)
 
 
@@ -100,7 +140,8 @@ def to_device(a):
     """``a`` on the device: device arrays pass through, host values are copied (contiguous)."""
     if a is None or is_device(a):
         return a
-    return cuda.to_device(np.ascontiguousarray(a))
+    a = np.asarray(a)
+    return cuda.to_device(a if a.flags.c_contiguous else a.copy())  # (ascontiguousarray would make 0-d 1-d)
 
 
 def to_host(a):

@@ -41,7 +41,7 @@ def offset(i, shape, st):
 
 
 # ---- maps ----------------------------------------------------------------------------------
-def map1(f):
+def _map1(f):
     @cuda.jit
     def kernel(x, out, a, b):
         for i in range(cuda.grid(1), out.size, cuda.gridsize(1)):
@@ -49,7 +49,7 @@ def map1(f):
     return kernel
 
 
-def map2(f):
+def _map2(f):
     @cuda.jit
     def kernel(x, y, out, a, b):
         for i in range(cuda.grid(1), out.size, cuda.gridsize(1)):
@@ -57,7 +57,7 @@ def map2(f):
     return kernel
 
 
-def map2_bcast(f):
+def _map2_bcast(f):
     @cuda.jit
     def kernel(x, y, out, shape, sx, sy, a, b):
         for i in range(cuda.grid(1), out.size, cuda.gridsize(1)):
@@ -65,7 +65,7 @@ def map2_bcast(f):
     return kernel
 
 
-def map3(f):
+def _map3(f):
     @cuda.jit
     def kernel(x, y, z, out, a, b):
         for i in range(cuda.grid(1), out.size, cuda.gridsize(1)):
@@ -73,7 +73,7 @@ def map3(f):
     return kernel
 
 
-def map3_bcast(f):
+def _map3_bcast(f):
     @cuda.jit
     def kernel(x, y, z, out, shape, sx, sy, sz, a, b):
         for i in range(cuda.grid(1), out.size, cuda.gridsize(1)):
@@ -81,34 +81,61 @@ def map3_bcast(f):
     return kernel
 
 
-def run1(kernel, x, a=0, b=0, out_dtype=None, pdtype=None):
-    """out = f(x, a, b) elementwise; ``a``, ``b`` cast to ``pdtype`` (default x's dtype)."""
+_MAKERS = {1: (_map1, None), 2: (_map2, _map2_bcast), 3: (_map3, _map3_bcast)}
+
+
+class Functor:
+    """An elementwise functor: ``make(DT)`` gives ``f(*xs, a, b)`` for arrays of scalar type ``DT``.
+
+    ``DT`` (e.g. ``np.float32``) lets a functor that computes in float64
+    round once to the array's type (``DT(math.exp(...))``), identically on
+    the GPU, in the simulator and against NumPy. Kernels are made per dtype
+    on first use.
+    """
+
+    def __init__(self, make, arity):
+        self.make, self.arity, self.cache = make, arity, {}
+
+    def kernels(self, dtype):
+        dtype = np.dtype(dtype)
+        k = self.cache.get(dtype)
+        if k is None:
+            f = cuda.jit(device=True)(self.make(dtype.type))
+            same, bc = _MAKERS[self.arity]
+            k = self.cache[dtype] = (same(f), bc(f) if bc else None)
+        return k
+
+
+def functor(arity):
+    """Decorator: ``@functor(2) def add(DT): return lambda-like device fn``."""
+    return lambda make: Functor(make, arity)
+
+
+def run1(fn, x, a=0, b=0, out_dtype=None):
+    """out = f(x, a, b) elementwise; ``a``, ``b`` cast to x's dtype."""
     x = dev(x)
     out = empty(x.shape, out_dtype or x.dtype)
-    pd = pdtype or x.dtype
-    launch(kernel, out.size, flat(x), flat(out), typed(a, pd), typed(b, pd))
+    launch(fn.kernels(x.dtype)[0], out.size, flat(x), flat(out), typed(a, x.dtype), typed(b, x.dtype))
     return out
 
 
-def run_n(kernels, arrays, shape=None, a=0, b=0, out_dtype=None, pdtype=None):
-    """out = f(*arrays, a, b) with NumPy broadcasting of ``arrays`` to ``shape``.
-
-    ``kernels`` is (same-shape kernel, broadcasting kernel).
-    """
+def run_n(fn, arrays, a=0, b=0, out_dtype=None, shape=None):
+    """out = f(*arrays, a, b) with NumPy broadcasting of ``arrays`` (to ``shape`` if given)."""
     arrays = [dev(v) for v in arrays]
     if shape is None:
         shape = tuple(np.broadcast_shapes(*[tuple(v.shape) for v in arrays]))
     shape = tuple(shape)
-    out = empty(shape, out_dtype or arrays[0].dtype)
-    pd = pdtype or arrays[0].dtype
+    dt = arrays[0].dtype
+    out = empty(shape, out_dtype or dt)
     if out.size == 0:
         return out
+    same, bc = fn.kernels(dt)
     if all(tuple(v.shape) == shape for v in arrays):
-        launch(kernels[0], out.size, *[flat(v) for v in arrays], flat(out), typed(a, pd), typed(b, pd))
+        launch(same, out.size, *[flat(v) for v in arrays], flat(out), typed(a, dt), typed(b, dt))
     else:
         strides = [bcast_strides(v.shape, shape) for v in arrays]
-        launch(kernels[1], out.size, *[flat(v) for v in arrays], flat(out), padded(shape), *strides,
-               typed(a, pd), typed(b, pd))
+        launch(bc, out.size, *[flat(v) for v in arrays], flat(out), padded(shape), *strides,
+               typed(a, dt), typed(b, dt))
     return out
 
 

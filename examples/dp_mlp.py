@@ -129,7 +129,11 @@ def main(argv=None):
     p.add_argument("--hierarchical", type=int, default=0, metavar="INTER", help="ranks per node (0: flat)")
     p.add_argument("--all", action="store_true", help="every strategy (Reduce/AllReduce, fused or not, 2xN)")
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--backend", choices=["numpy", "cuda"], default=None,
+                   help="kernels to run on (default: $REFIMPL_BACKEND, else numpy)")
     args = p.parse_args(argv)
+    if args.backend:
+        paddle.set_backend(args.backend)
     import refimpl.distributed as dist
     dist.init_parallel_env()  # joins the MPI job under mpiexec: each process is a trainer
     trainers, trainer_id = dist.get_world_size(), dist.get_rank()

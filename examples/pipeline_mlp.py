@@ -88,7 +88,11 @@ def main(argv=None):
     p.add_argument("--vpp", type=int, default=2, help="chunks per stage for VPP and ZBVPP")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--in-process", action="store_true", help="ranks as threads of this process")
+    p.add_argument("--backend", choices=["numpy", "cuda"], default=None,
+                   help="kernels to run on (default: $REFIMPL_BACKEND, else numpy)")
     args = p.parse_args(argv)
+    if args.backend:
+        paddle.set_backend(args.backend)
     mpi_rank = None
     if not args.in_process:
         import refimpl.distributed as dist

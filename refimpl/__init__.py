@@ -10,6 +10,7 @@ from .core.dtypes import convert_dtype
 from .flags import get_flags, set_flags
 from .executor.backend import get_backend, set_backend
 from . import framework, executor, static, tensor, nn, optimizer, incubate, utils
+from . import io  # noqa: F401  (DataLoader.from_generator)
 from .framework import unique_name
 from .tensor import (add, add_n, exp, log, pow, reciprocal, sqrt, cast, concat, divide, increment, matmul, mean, multiply, reshape, scale,
                      split, square, subtract, sum, transpose)

@@ -35,6 +35,7 @@ def _add_demo(sub):
     demo.add_argument("--gc-gb", type=float, default=0.0,
                       help="FLAGS_eager_delete_tensor_gb: <0 no GC, 0 free at once, >0 batch (default 0)")
     demo.add_argument("--quiet-program", action="store_true", help="do not print the program text")
+    _add_backend(demo)
     demo.set_defaults(func=_cmd_demo)
 
 
@@ -56,6 +57,7 @@ def _program_arguments(p, required):
     p.add_argument("--steps", type=int, default=1, help="run the program this many times (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed for the startup program (default 0)")
     p.add_argument("--gc-gb", type=float, default=0.0, help="FLAGS_eager_delete_tensor_gb (default 0)")
+    _add_backend(p)
 
 
 def _add_run(sub):
@@ -97,8 +99,22 @@ def build_parser():
     return parser
 
 
+def _add_backend(p):
+    p.add_argument("--backend", choices=["numpy", "cuda"], default=None,
+                   help="kernels to run on (default: $REFIMPL_BACKEND, else numpy; cuda needs a GPU "
+                        "or NUMBA_ENABLE_CUDASIM=1)")
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if getattr(args, "backend", None):
+        from .core.errors import Unavailable
+        from .executor.backend import set_backend
+        try:
+            set_backend(args.backend)
+        except Unavailable as exc:
+            print(f"refimpl: {exc}", file=sys.stderr)
+            return 2
     return args.func(args)
 
 

@@ -6,10 +6,20 @@ blocks with ``idx``, ``parent_idx``, ``vars`` (sorted by name) and ``ops``
 the role of Paddle's ``ProgramDesc`` protobuf. ``program_from_dict``
 validates as it goes and raises InvalidArgument naming the bad path, or
 NotFound for an op type that is not registered; it never evaluates content.
+Attr values are checked against the type of the op's declared default (a
+bool where a bool is declared, an int for an int, a number for a float, a
+string for a string, a flat list of scalars for a list), and attrs the proto
+does not declare must still be attribute-shaped (a scalar, a flat list of
+scalars, or a block reference); anything else is InvalidArgument naming the
+op, the attr and the path.
 """
+import numbers
+
+import numpy as np
+
 from refimpl.core.dtypes import convert_dtype
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
-from refimpl.ops.registry import has_op
+from refimpl.ops.registry import get_op_def, has_op
 
 from .operator import Operator
 from .variable import VAR_TYPES, Parameter, Variable
@@ -73,6 +83,65 @@ def _var_from_dict(block, d, where):
     block.vars[name] = v
 
 
+_COMMON_ATTRS = {"op_role": "int", "op_role_var": "list", "op_namescope": "str", "op_device": "str",
+                 "op_callstack": "list", "with_quant_attr": "bool", "is_test": "bool"}
+
+
+def _kind(v):
+    """The attribute kind of a value: bool, int, float, str, list, block or None (not an attr)."""
+    if isinstance(v, (bool, np.bool_)):
+        return "bool"
+    if isinstance(v, numbers.Integral):
+        return "int"
+    if isinstance(v, numbers.Real):
+        return "float"
+    if isinstance(v, str):
+        return "str"
+    if isinstance(v, (list, tuple)):
+        kinds = {_kind(x) for x in v}
+        if kinds <= {"int", "float"} or len(kinds) == 1 and kinds & {"bool", "str", "int", "float"}:
+            return "list"
+        return "blocks" if kinds == {"block"} else None
+    if isinstance(v, dict):
+        if set(v) == {"block"}:
+            return "block"
+        if set(v) == {"blocks"}:
+            return "blocks"
+        return None
+    if type(v).__name__ == "Block":  # a Block object, when a Program is cloned
+        return "block"
+    return None
+
+
+def _declared_kind(opdef, name):
+    if name in opdef.attrs:
+        d = opdef.attrs[name]
+        return None if d is None else _kind(d)
+    return _COMMON_ATTRS.get(name)
+
+
+_ACCEPTS = {"float": {"float", "int"}, "list": {"list"}, "int": {"int"}, "bool": {"bool"}, "str": {"str"},
+            "block": {"block"}, "blocks": {"blocks", "list"}}
+
+
+def _check_attr(opdef, name, value, where):
+    got = _kind(value)
+    if value is None and name in opdef.attrs and opdef.attrs[name] is None:
+        return
+    _need(got is not None, where, f"attr {name!r} of op {opdef.type!r} has a value of type "
+          f"{type(value).__name__} that no attribute can hold ({_short(value)})")
+    want = _declared_kind(opdef, name)
+    if want is None:
+        return
+    ok = got in _ACCEPTS.get(want, {want}) or (want == "list" and got == "blocks" and not value)
+    _need(ok, where, f"attr {name!r} of op {opdef.type!r} is declared {want} but got {got} ({_short(value)})")
+
+
+def _short(v):
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
 def _op_from_dict(block, d, where):
     _need(isinstance(d, dict), where, "an op must be an object")
     t = d.get("type")
@@ -89,6 +158,9 @@ def _op_from_dict(block, d, where):
         slots[key] = s
     attrs = d.get("attrs", {})
     _need(isinstance(attrs, dict), f"{where} ({t}).attrs", "must be an object")
+    opdef = get_op_def(t)
+    for name, value in attrs.items():
+        _check_attr(opdef, name, value, f"{where} ({t}).attrs.{name}")
     op = Operator(block, t, slots["inputs"], slots["outputs"], dict(attrs), fill_proto=False)
     block.ops.append(op)
 

@@ -7,4 +7,4 @@ executor (``conditional_block``, ``feed``, ``fetch``).
 from . import registry
 from .registry import OPS, get_op_def, has_op, register_kernel, register_op
 from . import (activation_ops, collective_ops, control_flow_ops, creation_ops, logic_ops, loss_ops,  # noqa: F401
-               manipulation_ops, math_ops, nn_ops, optimizer_ops)
+               manipulation_ops, math_ops, nn_ops, optimizer_ops, ps_ops, reader_ops)

@@ -11,7 +11,7 @@ proto) and Paddle's CPU formulas, in the parameter's dtype:
 * adam:     lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t);
             m1 = b1 m1 + (1 - b1) g;  m2 = b2 m2 + (1 - b2) g^2;
             p -= lr_t * m1 / (sqrt(m2) + eps * sqrt(1 - b2^t));
-            then b1^t *= b1, b2^t *= b2 (unless use_global_beta_pow).
+            then ``b1^t *= b1``, ``b2^t *= b2`` (unless use_global_beta_pow).
             amsgrad uses max(m2, Moment2Max) in the denominator.
 * adamw:    with_decay: p -= lr * lr_ratio * coeff * p first; then the
             adam update with the plain lr (lr_ratio scales only the decay,

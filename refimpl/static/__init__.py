@@ -13,3 +13,4 @@ from .control_flow import cond
 
 nn.cond = cond
 from .compiled_program import BuildStrategy, CompiledProgram, cpu_places
+from .io import load, load_inference_model, load_persistables, save, save_inference_model, save_persistables

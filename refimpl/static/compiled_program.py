@@ -58,6 +58,7 @@ from refimpl.distributed.passes.data_parallel import apply_data_parallel, hierar
 from refimpl.executor.executor import PreparedProgram, _gc_threshold, check_feed
 from refimpl.executor.trace import Trace
 from refimpl.framework.program import Program
+from refimpl.io.blocking_queue import EOFException, set_reader_device_count
 
 from .build_strategy import BuildStrategy, ReduceStrategy
 
@@ -130,6 +131,8 @@ class CompiledProgram:
                 self._bcast_params_to_devices()
                 self._bcast_pending = self._strategy.num_trainers > 1  # done in the first run's threads
             self._programs = self._compile_graphs()
+            # the seed's InitReaderQueueDeviceCount: each place reads its own batches (refimpl/io)
+            set_reader_device_count(self._program, len(self._places))
         except Exception:
             self._delete_local_scopes()  # a failed compile leaves no kid scopes behind
             raise
@@ -308,6 +311,8 @@ class CompiledProgram:
             preps = self._cache[key] = [
                 PreparedProgram(prog, scope, feed_names, fetch_names, backend, _gc_threshold())
                 for prog, scope in zip(self._programs, self._local_scopes)]
+            for i, prep in enumerate(preps):  # which device's batches this place's `read` op pops
+                prep.run_ctx["reader_device"] = i
         return preps
 
     def _set_lr(self, preps):
@@ -330,6 +335,8 @@ class CompiledProgram:
         try:
             results = run_threads(world, ranks, self._place_body, (preps, feeds, traces), {}, self._timeout)
         except RankFailed as exc:
+            if isinstance(exc.error, EOFException) and self._hybrid is None:
+                raise exc.error from None  # a DataLoader's epoch ended on every place: Paddle's EOF
             if self._hybrid is not None:  # as run_hybrid: a failing rank ends the MPI job
                 self._hybrid.mpi.abort(str(exc))
             raise

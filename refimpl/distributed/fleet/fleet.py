@@ -29,8 +29,14 @@ Differences from Paddle:
   and returns ``{nbytes: seconds per iteration}``.
 * Errors are typed and say what is wrong; each is also the builtin Paddle
   raises (``ValueError``, ``AssertionError``, ``AttributeError`` before init).
-* No parameter-server runtime: ``init_worker`` & co. only warn or raise
-  ``Unimplemented``; no ``save_*`` / ``load_*``.
+* Parameter-server mode (``init`` without ``is_collective`` on a PS job)
+  runs ``refimpl.distributed.ps``: ``init_server(dirname)``, ``run_server``,
+  ``init_worker``, ``stop_worker``, ``barrier_worker`` (through server 0),
+  ``save_persistables`` / ``save_inference_model`` / ``load_model`` (the
+  values gathered from the servers, one ``.npz``), ``shrink`` (dense tables
+  only: nothing to drop). Thread ranks of ``ps.run_ps_in_process`` get their
+  role from the rank, not the environment. In collective or
+  non-distributed mode these methods warn and do nothing, as Paddle's.
 """
 import copy
 import logging
@@ -48,6 +54,7 @@ from .base.mpi_role_maker import MPIRoleMaker
 from .base.role_maker import PaddleCloudRoleMaker, RoleMakerBase
 from .base import topology as tp
 from .collective_perf import CollectivePerf
+from refimpl.distributed.ps.fleet_api import ParameterServerAPI
 
 logger = logging.getLogger("refimpl.distributed.fleet")
 _HYBRID_AXES = {"dp": "data", "pp": "pipe", "sharding": "sharding", "mp": "model", "sep": "sep", "cp": "context",
@@ -116,6 +123,7 @@ class _RankState:
         self._is_collective, self._context = False, {}
         self.user_defined_optimizer = Optimizer(0.0)  # as Paddle: a base optimizer until distributed_optimizer
         self._user_defined_strategy = self._hcg = self._topology = self._distributed_optimizer = None
+        self._ps_job = self._ps_runtime = None  # parameter-server mode: the split job, this rank's runtime
 
 
 
@@ -128,17 +136,10 @@ def _ask(method, doc):
     return accessor
 
 
-def _runtime(name):
-    """A parameter-server runtime method: a warning where Paddle's would do nothing, else Unimplemented."""
-    def method(self, *args, **kwargs):
-        if self._rm()._is_non_distributed():
-            logger.warning("%s() function doesn't work when use non_distributed fleet.", name)
-        elif self._is_collective:
-            logger.warning("You should not call '%s' method for collective mode.", name)
-        else:
-            raise Unimplemented(f"fleet.{name}(): refimpl has no parameter-server runtime")
-    method.__name__ = name
-    return method
+def _ps_role_maker():
+    """PS mode's role maker: the thread rank's in a ``run_ps_in_process`` job, else from the environment."""
+    from refimpl.distributed.ps import thread_role_maker
+    return thread_role_maker() or PaddleCloudRoleMaker(is_collective=False)
 
 
 def _check_strategy(strategy):
@@ -147,7 +148,7 @@ def _check_strategy(strategy):
                                        f"but got {type(strategy)}")
 
 
-class Fleet(CollectivePerf):
+class Fleet(CollectivePerf, ParameterServerAPI):
     """Unified API for distributed training (see the module docstring); one state per rank."""
 
     def __init__(self):
@@ -191,13 +192,16 @@ class Fleet(CollectivePerf):
         if role_maker is None:
             if not isinstance(is_collective, bool):
                 raise InvalidArgument(f"`is_collective` should be instance of `bool`, but got {type(is_collective)}")
-            role_maker = MPIRoleMaker() if is_collective else PaddleCloudRoleMaker(is_collective=False)
+            role_maker = MPIRoleMaker() if is_collective else _ps_role_maker()
         elif not isinstance(role_maker, RoleMakerBase):
             raise InvalidArgument(f"`role_maker` should be subclass of `RoleMakerBase`, but got {type(role_maker)}")
         is_collective = bool(getattr(role_maker, "_is_collective", False))
         if is_collective:  # refimpl: join the in-process or MPI world first; the state is kept per rank
             from refimpl.distributed.collective import init_parallel_env
             init_parallel_env()
+        else:  # a PS job under mpiexec: join it now, since the fleet's state is kept per rank context
+            from refimpl.distributed.ps.runtime import join_mpi_if_launched
+            join_mpi_if_launched()
         role_maker._generate_role()
         self._user_defined_strategy, self._role_maker, self._is_collective = strategy, role_maker, is_collective
         self._hcg = self._topology = None
@@ -302,8 +306,12 @@ class Fleet(CollectivePerf):
         return ",".join(eps or []) if to_string else eps
 
     def barrier_worker(self):
-        """Wait until every worker has arrived."""
-        self._rm()._barrier("worker")
+        """Wait until every worker has arrived (in PS mode: through server 0)."""
+        rm = self._rm()
+        if not self._is_collective and not rm._is_non_distributed() and self._ps_runtime is not None:
+            self._ps_runtime.require_client("barrier_worker").barrier()
+        else:
+            rm._barrier("worker")
 
     def all_reduce(self, input, mode="sum"):
         """``input`` (number, list or array) reduced over all workers; mode: sum, mean, max, min or prod."""
@@ -315,11 +323,6 @@ class Fleet(CollectivePerf):
             return rm._all_reduce(input, mode.lower(), "worker")
         return rm._all_reduce(np.asarray(input, dtype=np.float64), "sum", "worker") / rm._worker_num()
 
-    # ---- parameter-server runtime (not in refimpl) --------------------------------------------
-    init_worker = _runtime("init_worker")
-    init_server = _runtime("init_server")
-    run_server = _runtime("run_server")
-    stop_worker = _runtime("stop_worker")
 
     # ---- optimizer -----------------------------------------------------------------------------
     def distributed_optimizer(self, optimizer, strategy=None):

@@ -12,7 +12,13 @@ engine instead of Paddle's own process controller:
 * ``--hostfile FILE`` is passed to ``mpiexec`` to span several machines;
 * ``--in-process`` runs the N ranks as threads of this process instead (the
   script sees its rank through the rank context, not the environment, since
-  threads share one environment).
+  threads share one environment);
+* ``--server_num S --worker_num W`` starts a parameter-server job of S + W
+  ranks, servers first (Paddle's ``--server_num`` / ``--worker_num``): each
+  rank gets Paddle's PS environment (``TRAINING_ROLE`` = PSERVER or TRAINER,
+  ``PADDLE_PSERVERS_IP_PORT_LIST``, ``PADDLE_TRAINER_ENDPOINTS``,
+  ``PADDLE_PORT``, ``POD_IP``, ``PADDLE_TRAINER_ID``, ``PADDLE_TRAINERS_NUM``);
+  with ``--in-process`` the threads take their role from their rank.
 
 The launcher's exit code is non-zero when any rank fails.
 """
@@ -33,6 +39,8 @@ def _parser():
     p.add_argument("--hostfile", default=None, help="hosts file passed to mpiexec (-f)")
     p.add_argument("--in-process", dest="in_process", action="store_true", help="ranks as threads of one process")
     p.add_argument("--timeout", type=float, default=300, help="seconds a rank may wait for another (in-process)")
+    p.add_argument("--server_num", type=int, default=0, help="parameter servers (a PS job)")
+    p.add_argument("--worker_num", type=int, default=0, help="PS workers (with --server_num)")
     p.add_argument("--_rank_child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("script")
     p.add_argument("script_args", nargs=argparse.REMAINDER)
@@ -52,6 +60,20 @@ def paddle_env(rank, world_size, local_rank, local_size, host="127.0.0.1"):
     }
 
 
+def ps_env(rank, server_num, worker_num, host="127.0.0.1"):
+    """The PADDLE_* variables Paddle's launcher gives rank ``rank`` of a PS job (servers are ranks 0..S-1)."""
+    from refimpl.distributed.ps.runtime import endpoints
+    servers, workers = endpoints(server_num, worker_num, host, BASE_PORT)
+    env = {"PADDLE_PSERVERS_IP_PORT_LIST": ",".join(servers), "PADDLE_TRAINER_ENDPOINTS": ",".join(workers),
+           "PADDLE_TRAINERS_NUM": str(worker_num), "POD_IP": host, "PADDLE_PORT": str(BASE_PORT + rank),
+           "PADDLE_DISTRI_BACKEND": "mpi"}
+    if rank < server_num:
+        env.update(TRAINING_ROLE="PSERVER", PADDLE_PSERVER_ID=str(rank))
+    else:
+        env.update(TRAINING_ROLE="TRAINER", PADDLE_TRAINER_ID=str(rank - server_num))
+    return env
+
+
 def _run_script(script, args):
     sys.argv = [script] + list(args)
     try:
@@ -66,7 +88,10 @@ def _child(args):
     rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", 0)))
     size = int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", 1)))
     local = int(os.environ.get("MPI_LOCALRANKID", rank % args.nproc_per_node))
-    os.environ.update(paddle_env(rank, size, local, args.nproc_per_node))
+    if args.server_num:
+        os.environ.update(ps_env(rank, args.server_num, args.worker_num))
+    else:
+        os.environ.update(paddle_env(rank, size, local, args.nproc_per_node))
     _run_script(args.script, args.script_args)
     return 0
 
@@ -74,7 +99,12 @@ def _child(args):
 def _in_process(args):
     from refimpl.distributed.communication import RankFailed, run_in_process
     try:
-        run_in_process(args.nproc_per_node, _run_script, args.script, args.script_args, timeout=args.timeout)
+        if args.server_num:
+            from refimpl.distributed.ps import run_ps_in_process
+            run_ps_in_process(args.server_num, args.worker_num, _run_script, args.script, args.script_args,
+                              timeout=args.timeout)
+        else:
+            run_in_process(args.nproc_per_node, _run_script, args.script, args.script_args, timeout=args.timeout)
     except RankFailed as exc:
         print(f"refimpl.distributed.launch: {exc}", file=sys.stderr)
         return 1
@@ -89,10 +119,19 @@ def _mpiexec():
     raise SystemExit("refimpl.distributed.launch: mpiexec not found; pip install mpich, or use --in-process")
 
 
+def _ps_flags(args):
+    return ["--server_num", str(args.server_num), "--worker_num", str(args.worker_num)] if args.server_num else []
+
+
 def main(argv=None):
     args = _parser().parse_args(argv)
     if args.nproc_per_node < 1:
         raise SystemExit(f"refimpl.distributed.launch: --nproc_per_node must be >= 1, got {args.nproc_per_node}")
+    if args.server_num or args.worker_num:
+        if args.server_num < 1 or args.worker_num < 1:
+            raise SystemExit(f"refimpl.distributed.launch: a PS job needs --server_num >= 1 and --worker_num >= 1, "
+                             f"got {args.server_num} and {args.worker_num}")
+        args.nproc_per_node = args.server_num + args.worker_num
     if args._rank_child:
         return _child(args)
     if args.in_process:
@@ -101,5 +140,6 @@ def main(argv=None):
     if args.hostfile:
         cmd += ["-f", args.hostfile]
     cmd += ["-n", str(args.nproc_per_node * args.nnodes), sys.executable, "-m", "refimpl.distributed.launch",
-            "--_rank_child", "--nproc_per_node", str(args.nproc_per_node), args.script] + args.script_args
+            "--_rank_child", "--nproc_per_node", str(args.nproc_per_node)] + _ps_flags(args) + \
+        [args.script] + args.script_args
     return subprocess.call(cmd)

@@ -41,7 +41,7 @@ class _PaddleMessage:
 
 
 class PassAssertionError(_PaddleMessage, InvalidArgument, AssertionError):
-    """One of Paddle's ``assert``s on the arguments failed."""
+    """One of Paddle's ``assert`` statements on the arguments failed."""
 
 
 def pass_assert(condition, message):

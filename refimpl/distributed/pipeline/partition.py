@@ -124,17 +124,22 @@ def partition(program, pp_degree, vpp_degree=1, cuts=None, stage_map="interleave
     per_stage = {v: [] for v in range(nv)}   # items: ("op", Operator) or ("recv", _Spec)
     sends = {}                                # id(producer item) -> [send _Spec]
     producer, moved = {}, set()
+    reader_recvs = {v: 0 for v in range(nv)}  # recvs of `read` outputs, hoisted (see below)
     for i, op in enumerate(ops):
         for v in (range(nv) if stages[i] == LR else [stages[i]]):
             for n in op.input_arg_names:
                 src = producer.get(n)
-                if src is None or src[0] == v or (n, v) in moved or not _transferable(block, n):
+                if src is None or src[0] == v or (n, v) in moved or not _transferable(block, n, src[1][1]):
                     continue
                 moved.add((n, v))
                 send, recv = _transfer(block, n, src[0], owner[src[0]][0], owner[v][0], op, ring_offset)
                 if send is not None:
                     sends.setdefault(id(src[1]), []).append(send)
-                    per_stage[v].append(("recv", recv))
+                    if src[1][1].type == "read":  # sent right after the first op: received first too
+                        per_stage[v].insert(reader_recvs[v], ("recv", recv))
+                        reader_recvs[v] += 1
+                    else:
+                        per_stage[v].append(("recv", recv))
             item = ("op", op)
             per_stage[v].append(item)
             if stages[i] != LR:
@@ -145,9 +150,12 @@ def partition(program, pp_degree, vpp_degree=1, cuts=None, stage_map="interleave
             for r in range(pp_degree)]
 
 
-def _transferable(block, name):
+def _transferable(block, name, producer=None):
     v = block._find_var_recursive(name)
-    return v is not None and not v.persistable and not v.is_data
+    # a data var written by a DataLoader's `read` op (refimpl/io) travels like an activation:
+    # the first stage reads one batch per micro-batch and sends what later stages use
+    from_reader = producer is not None and producer.type == "read"
+    return v is not None and not v.persistable and (not v.is_data or from_reader)
 
 
 def _check_shared_params(block, ops, stages):

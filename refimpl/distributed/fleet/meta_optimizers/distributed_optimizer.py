@@ -11,6 +11,12 @@ data-parallel allreduce happens inside each optimizer job). Their
 combinations work; ``_get_applied_meta_list()`` and ``_final_strategy()``
 report what was applied. Switches refimpl does not implement (amp,
 recompute, sharding, ...) raise Unimplemented naming the switch.
+
+In parameter-server mode (``fleet.init()`` without ``is_collective``, on a
+PS job) none of these apply: ``minimize`` runs the inner optimizer, then
+``refimpl.distributed.ps.transpile`` (Paddle: ``ParameterServerOptimizer``),
+which turns the program into this job's worker program and keeps the server
+programs for ``fleet.init_server``.
 """
 import copy
 
@@ -61,6 +67,8 @@ class DistributedOptimizer:
     # ---- minimize ---------------------------------------------------------------
     def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
         """Backward and update of the inner optimizer, rewritten as the strategy says."""
+        if self._is_ps():
+            return self._minimize_ps(loss, startup_program, parameter_list, no_grad_set)
         self._check_supported()
         s = self.user_defined_strategy
         rank, world = self._world()
@@ -93,6 +101,27 @@ class DistributedOptimizer:
             applied.append("GradientMergeOptimizer")
         self._applied = applied
         self._final = self._final_from(applied)
+        return optimize_ops, params_grads
+
+    # ---- parameter-server mode (Paddle: ParameterServerOptimizer) ---------------------------
+    def _is_ps(self):
+        rm = getattr(self.fleet, "_role_maker", None) if self.fleet is not None else None
+        return rm is not None and not self.fleet._is_collective and not rm._is_non_distributed()
+
+    def _minimize_ps(self, loss, startup_program, parameter_list, no_grad_set):
+        from refimpl.distributed import ps
+        missing = [m for m in self.user_defined_strategy._unimplemented_enabled(False) if m != "a_sync"]
+        if missing:
+            raise Unimplemented(f"DistributedStrategy.{missing[0]} is set, but refimpl's parameter-server mode "
+                                f"does not implement it (all such switches set: {missing})")
+        startup = startup_program or default_startup_program()
+        optimize_ops, params_grads = self.inner_opt.minimize(loss, startup, parameter_list, no_grad_set)
+        rm = self.fleet._role_maker
+        job = ps.transpile(loss.block.program, startup, params_grads, self.user_defined_strategy,
+                           rm._server_num(), rm._worker_num())
+        self.fleet._ps_job = job
+        self._applied = ["ParameterServerOptimizer"]
+        self._final = self._final_from(self._applied)
         return optimize_ops, params_grads
 
     def _final_from(self, applied):

@@ -1,0 +1,149 @@
+"""CUDA kernels for refimpl.ops.collective_ops: collectives staged through host memory.
+
+Mirrors Paddle's GPU collective kernels as far as results go: each kernel
+copies its input to the host, calls the NumPy kernel (which calls the rank's
+communicator: in-process, MPI, or NCCL where it runs) and copies the result
+back. Paddle's NCCL kernels work on device buffers directly; the staging
+keeps one communicator interface for every backend (``cuda_backend.nccl``
+gives the device-buffer path for a real GPU). ``coalesce_tensor`` builds
+one device buffer with the outputs as views into it, and an in-place
+collective on such a view writes its result back into the buffer, as on the
+CPU, so the other views see it.
+"""
+import inspect
+import weakref
+
+import numpy as np
+
+from refimpl.core.dtypes import to_numpy_dtype
+from refimpl.core.errors import InvalidArgument, PreconditionNotMet
+from refimpl.ops import collective_ops as cpu
+from refimpl.ops.registry import has_op, register_kernel
+
+from .device import cuda, dev, flat, launch, to_device, to_host
+from .ops_creation import full
+
+_fused_views = {}  # id -> weakref of the device buffers (and views into them) coalesce_tensor made
+
+
+def _add_fused(view):
+    key = id(view)
+    _fused_views[key] = weakref.ref(view, lambda _, k=key: _fused_views.pop(k, None))
+
+
+def _is_fused(a):
+    ref = _fused_views.get(id(a))
+    return ref is not None and ref() is a
+
+
+def _staged(fn):
+    """A cuda kernel that runs NumPy kernel ``fn`` on a host copy of its input (same signature)."""
+    def kernel(X, **kw):
+        res = fn(to_host(X), **kw)
+        out = to_device(res)
+        if _is_fused(X) and tuple(out.shape) == tuple(X.shape) and out.dtype == X.dtype:
+            X.copy_to_device(out)  # in place into the fused buffer (see the module docstring)
+            return X
+        return out
+    kernel.__signature__ = inspect.signature(fn)
+    kernel.__name__ = fn.__name__
+    return kernel
+
+
+for _t in ("c_allreduce_sum", "c_allreduce_max", "c_allreduce_min", "c_allreduce_prod", "c_allreduce_avg",
+           "c_broadcast", "c_allgather", "c_reducescatter", "c_reduce_sum", "all_reduce", "broadcast",
+           "all_gather", "reduce_scatter", "reduce"):
+    register_kernel(_t, "cuda", _staged(cpu.get_op_def(_t).kernel("numpy")[0]))
+
+
+def send_v2(X, *, ring_id, peer):
+    cpu.send_v2(to_host(X), ring_id=ring_id, peer=peer)
+    return ()
+
+
+def recv_v2(*, ring_id, peer, dtype, out_shape, dynamic_shape):
+    return to_device(cpu.recv_v2(ring_id=ring_id, peer=peer, dtype=dtype, out_shape=out_shape,
+                                 dynamic_shape=dynamic_shape))
+
+
+def barrier(X, *, ring_id):
+    cpu.barrier(None, ring_id=ring_id)
+    return X
+
+
+register_kernel("send_v2", "cuda", send_v2)
+register_kernel("recv_v2", "cuda", recv_v2)
+register_kernel("barrier", "cuda", barrier)
+register_kernel("c_sync_calc_stream", "cuda", lambda X: X)
+register_kernel("c_sync_comm_stream", "cuda", lambda X, *, ring_id: list(X))
+
+
+# ---- coalesce_tensor --------------------------------------------------------------------------
+@cuda.jit
+def _copy(src, dst):
+    for i in range(cuda.grid(1), src.size, cuda.gridsize(1)):
+        dst[i] = src[i]
+
+
+def coalesce_tensor(Input, *, dtype, copy_data, set_constant, constant, use_align, align_size,
+                    user_defined_size_of_dtype, concated_shapes, concated_ranks):
+    """One device buffer for ``Input``; ``Output[i]`` are views into it (the CPU kernel's layout)."""
+    if dtype is None:
+        raise InvalidArgument("coalesce_tensor: attr dtype is required")
+    np_dtype = to_numpy_dtype(dtype)
+    if concated_shapes and concated_ranks:
+        shapes = cpu._split_shapes(list(concated_shapes), list(concated_ranks))
+    else:
+        missing = [i for i, a in enumerate(Input) if a is None]
+        if missing:
+            raise PreconditionNotMet(f"coalesce_tensor: Input[{missing[0]}] holds no value and no "
+                                     f"concated_shapes are given")
+        shapes = [tuple(a.shape) for a in Input]
+    for i, a in enumerate(Input):
+        if a is not None and a.dtype != np_dtype:
+            raise InvalidArgument(f"coalesce_tensor: Input[{i}] has dtype {a.dtype} but attr dtype is {np_dtype}")
+    attrs = {"dtype": dtype, "user_defined_size_of_dtype": user_defined_size_of_dtype,
+             "use_align": use_align, "align_size": align_size}
+    offsets, total = cpu._coalesce_layout(shapes, attrs)
+    fused = full((total,), constant if set_constant else 0, np_dtype)
+    _add_fused(fused)
+    outs = []
+    for o, shape in zip(offsets, shapes):
+        n = int(np.prod(shape, dtype=np.int64))
+        view = fused[o:o + n].reshape(tuple(shape))
+        _add_fused(view)
+        outs.append(view)
+    if copy_data:
+        for i, (dst, a) in enumerate(zip(outs, Input)):
+            if a is None:
+                raise PreconditionNotMet(f"coalesce_tensor: copy_data is set but Input[{i}] holds no value")
+            launch(_copy, dst.size, flat(dev(a)), flat(dst))
+    return outs, fused
+
+
+register_kernel("coalesce_tensor", "cuda", coalesce_tensor)
+
+
+# ---- parameter-server ops: host-side by nature ---------------------------------------------
+def _host_any(a):
+    return [_host_any(v) for v in a] if isinstance(a, list) else (None if a is None else to_host(a))
+
+
+def _device_any(a):
+    if isinstance(a, (list, tuple)):
+        return type(a)(_device_any(v) for v in a)
+    return None if a is None else to_device(a)
+
+
+def host_staged(fn):
+    """A cuda kernel running NumPy kernel ``fn`` on host copies of every input, outputs copied back."""
+    def kernel(*args, **kw):
+        return _device_any(fn(*[_host_any(a) for a in args], **kw))
+    kernel.__signature__ = inspect.signature(fn)
+    kernel.__name__ = fn.__name__
+    return kernel
+
+
+for _t in ("ps_send", "ps_recv", "ps_geo"):
+    if has_op(_t):
+        register_kernel(_t, "cuda", host_staged(cpu.get_op_def(_t).kernel("numpy")[0]))

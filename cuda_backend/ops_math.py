@@ -1,0 +1,324 @@
+"""CUDA kernels for refimpl.ops.math_ops and logic_ops (except mul / matmul_v2).
+
+Mirrors Paddle's GPU elementwise, scale, sum and reduce kernels, with the
+NumPy kernels' semantics: Paddle's elementwise ``axis`` (Y aligned at X's
+dim ``axis``, then NumPy broadcasting), float32 math in float32, grads that
+undo broadcasting by summing in NumPy's order (``ew.reduce_to``), and grads
+that hand back ``Out@GRAD`` itself when no reduction is needed (as the CPU
+kernels do, so the memory accounting matches).
+"""
+import math
+
+import numpy as np
+
+from refimpl.core.errors import InvalidArgument
+from refimpl.ops.common import align_y
+from refimpl.ops.registry import register_kernel
+
+from . import ew
+from .device import dev, scalar_of, to_device
+
+
+# ---- functors ---------------------------------------------------------------------
+@ew.functor(2)
+def f_add(DT):
+    return lambda x, y, a, b: x + y
+
+
+@ew.functor(2)
+def f_sub(DT):
+    return lambda x, y, a, b: x - y
+
+
+@ew.functor(2)
+def f_mul(DT):
+    return lambda x, y, a, b: x * y
+
+
+@ew.functor(2)
+def f_div(DT):
+    return lambda x, y, a, b: x / y
+
+
+@ew.functor(2)
+def f_mod(DT):
+    return lambda x, y, a, b: x % y  # NumPy's sign rule (numba's numpy error model: no raise on 0)
+
+
+@ew.functor(2)
+def f_max(DT):
+    def mx(x, y, a, b):
+        if x != x:
+            return x
+        return x if x >= y else y
+    return mx
+
+
+@ew.functor(2)
+def f_min(DT):
+    def mn(x, y, a, b):
+        if x != x:
+            return x
+        return x if x <= y else y
+    return mn
+
+
+@ew.functor(2)
+def f_pow(DT):
+    return lambda x, y, a, b: DT(np.float64(x) ** np.float64(y))
+
+
+@ew.functor(2)
+def f_equal(DT):
+    return lambda x, y, a, b: x == y
+
+
+@ew.functor(2)
+def f_less(DT):
+    return lambda x, y, a, b: x < y
+
+
+@ew.functor(1)
+def f_neg(DT):
+    return lambda x, a, b: -x
+
+
+@ew.functor(1)
+def f_not(DT):
+    return lambda x, a, b: not x
+
+
+@ew.functor(1)
+def f_scale_after(DT):
+    return lambda x, a, b: x * a + b
+
+
+@ew.functor(1)
+def f_scale_only(DT):
+    return lambda x, a, b: x * a
+
+
+@ew.functor(1)
+def f_scale_before(DT):
+    return lambda x, a, b: (x + b) * a
+
+
+@ew.functor(1)
+def f_log(DT):
+    def lg(x, a, b):
+        v = np.float64(x)
+        if v > 0:
+            return DT(math.log(v))
+        return DT(-math.inf) if v == 0 else DT(math.nan)
+    return lg
+
+
+@ew.functor(3)
+def f_div_dy(DT):
+    return lambda d, o, y, a, b: (-d * o) / y
+
+
+# ---- elementwise ops -------------------------------------------------------------------
+def _y(X, Y, axis):
+    if axis != -1 and len(Y.shape) < len(X.shape):
+        return dev(Y).reshape(align_y(tuple(Y.shape), len(X.shape), axis))
+    return Y
+
+
+def _register_ew(name, fn):
+    def kernel(X, Y, *, axis):
+        try:
+            return ew.run_n(fn, [X, _y(X, Y, axis)])
+        except ValueError:
+            raise InvalidArgument(f"{name}: shapes {list(X.shape)} and {list(Y.shape)} "
+                                  f"do not broadcast (axis={axis})") from None
+    kernel.__name__ = name
+    register_kernel(name, "cuda", kernel)
+
+
+for _name, _fn in (("elementwise_add", f_add), ("elementwise_sub", f_sub), ("elementwise_mul", f_mul),
+                   ("elementwise_div", f_div), ("elementwise_mod", f_mod), ("elementwise_max", f_max),
+                   ("elementwise_min", f_min), ("elementwise_pow", f_pow)):
+    _register_ew(_name, _fn)
+
+
+def _yshape(X, Y, axis):
+    if axis != -1 and len(Y.shape) < len(X.shape):
+        return align_y(tuple(Y.shape), len(X.shape), axis)
+    return tuple(Y.shape)
+
+
+def _back(g, shape, Y):
+    """``reduce_to(g, shape)`` viewed with Y's shape."""
+    r = ew.reduce_to(g, shape)
+    return r.reshape(tuple(Y.shape)) if tuple(r.shape) != tuple(Y.shape) else r
+
+
+def add_grad(X, Y, dOut, *, axis, need):
+    dOut = dev(dOut)
+    dx = ew.reduce_to(dOut, X.shape) if need[0] else None
+    dy = _back(dOut, _yshape(X, Y, axis), Y) if need[1] else None
+    return dx, dy
+
+
+def sub_grad(X, Y, dOut, *, axis, need):
+    dOut = dev(dOut)
+    dx = ew.reduce_to(dOut, X.shape) if need[0] else None
+    dy = None
+    if need[1]:
+        dy = ew.run1(f_neg, ew.reduce_to(dOut, _yshape(X, Y, axis)))
+        dy = dy.reshape(tuple(Y.shape))
+    return dx, dy
+
+
+def mul_grad(X, Y, dOut, *, axis, need):
+    y = _y(X, Y, axis)
+    dx = ew.reduce_to(ew.run_n(f_mul, [dOut, y]), X.shape) if need[0] else None
+    dy = _back(ew.run_n(f_mul, [dOut, X]), tuple(y.shape), Y) if need[1] else None
+    return dx, dy
+
+
+def div_grad(X, Y, Out, dOut, *, axis, need):
+    y = _y(X, Y, axis)
+    dx = ew.reduce_to(ew.run_n(f_div, [dOut, y]), X.shape) if need[0] else None
+    dy = _back(ew.run_n(f_div_dy, [dOut, Out, y]), tuple(y.shape), Y) if need[1] else None
+    return dx, dy
+
+
+def pow_grad(X, Y, dOut, *, axis, need):
+    y = dev(_y(X, Y, axis))
+    dx = dy = None
+    if need[0]:
+        ym1 = ew.run1(f_scale_after, y, 1, -1)  # y - 1 (exact: y * 1 - 1)
+        dx = ew.reduce_to(ew.run_n(f_mul, [ew.run_n(f_mul, [dOut, y]), ew.run_n(f_pow, [X, ym1])]), X.shape)
+    if need[1]:
+        t = ew.run_n(f_mul, [dOut, ew.run_n(f_pow, [X, y])])
+        dy = _back(ew.run_n(f_mul, [t, ew.run1(f_log, X)]), tuple(y.shape), Y)
+    return dx, dy
+
+
+for _name, _fn in (("elementwise_add_grad", add_grad), ("elementwise_sub_grad", sub_grad),
+                   ("elementwise_mul_grad", mul_grad), ("elementwise_div_grad", div_grad),
+                   ("elementwise_pow_grad", pow_grad)):
+    register_kernel(_name, "cuda", _fn)
+
+
+# ---- comparisons, logical_not, increment --------------------------------------------------
+def _register_compare(name, fn):
+    def kernel(X, Y, *, axis):
+        try:
+            return ew.run_n(fn, [X, _y(X, Y, axis)], out_dtype=np.bool_)
+        except ValueError:
+            raise InvalidArgument(f"{name}: shapes {list(X.shape)} and {list(Y.shape)} "
+                                  f"do not broadcast (axis={axis})") from None
+    kernel.__name__ = name
+    register_kernel(name, "cuda", kernel)
+
+
+_register_compare("equal", f_equal)
+_register_compare("less_than", f_less)
+
+
+def logical_not(X):
+    return ew.run1(f_not, X, out_dtype=np.bool_)
+
+
+def increment(X, *, step):
+    if X.size != 1:
+        raise InvalidArgument(f"increment: X must have exactly one element, got shape {list(X.shape)}")
+    return ew.run1(f_scale_after, X, 1, step)
+
+
+register_kernel("logical_not", "cuda", logical_not)
+register_kernel("increment", "cuda", increment)
+
+
+# ---- scale and sum -------------------------------------------------------------------------
+def scale(X, ScaleTensor, BiasTensor, *, scale, bias, bias_after_scale):
+    if ScaleTensor is not None:
+        scale = scalar_of(ScaleTensor)
+    if BiasTensor is not None:
+        bias = scalar_of(BiasTensor)
+    s, b = X.dtype.type(scale), X.dtype.type(bias)
+    if bias_after_scale:
+        return ew.run1(f_scale_only if b == 0 else f_scale_after, X, s, b)
+    return ew.run1(f_scale_before, X, s, b)
+
+
+def sum_op(X):
+    if len(X) == 1:
+        return ew.run1(f_scale_only, X[0], 1)  # a copy (x * 1 is exact)
+    out = ew.run_n(f_add, [X[0], X[1]])
+    for x in X[2:]:
+        out = ew.run_n(f_add, [out, x])
+    return out
+
+
+register_kernel("scale", "cuda", scale)
+register_kernel("sum", "cuda", sum_op)
+
+
+# ---- reductions ----------------------------------------------------------------------------
+def _axes(ndim, dim, reduce_all):
+    if reduce_all or not dim or len(dim) == ndim:
+        return tuple(range(ndim))
+    return tuple(d % ndim for d in dim)
+
+
+def _reduced_shape(shape, axes, keep_dim):
+    return tuple(1 if i in axes else d for i, d in enumerate(shape) if keep_dim or i not in axes)
+
+
+def reduce_sum(X, *, dim, keep_dim, reduce_all):
+    axes = _axes(len(X.shape), dim, reduce_all)
+    return ew.sum_axes(X, axes, keep_shape=_reduced_shape(tuple(X.shape), axes, keep_dim))
+
+
+def reduce_mean(X, *, dim, keep_dim, reduce_all):
+    axes = _axes(len(X.shape), dim, reduce_all)
+    total = reduce_sum(X, dim=dim, keep_dim=keep_dim, reduce_all=reduce_all)
+    n = 1
+    for a in axes:
+        n *= X.shape[a]
+    return ew.run_n(f_div, [total, _const(n, total.dtype)], shape=tuple(total.shape))
+
+
+def _const(v, dtype):
+    """A one-element device array holding ``v`` (0-d, broadcasts against anything)."""
+    return to_device(np.asarray(v, dtype=dtype).reshape(()))
+
+
+def reduce_sum_grad(X, dOut, *, dim, keep_dim, reduce_all):
+    return _broadcast(_reduce_grad_value(X, dOut, dim, reduce_all, False), tuple(X.shape))
+
+
+def reduce_mean_grad(X, dOut, *, dim, keep_dim, reduce_all):
+    return _broadcast(_reduce_grad_value(X, dOut, dim, reduce_all, True), tuple(X.shape))
+
+
+def _reduce_grad_value(X, dOut, dim, reduce_all, mean):
+    shape = tuple(X.shape)
+    axes = _axes(len(shape), dim, reduce_all)
+    g = dev(dOut).reshape(tuple(1 if i in axes else d for i, d in enumerate(shape)))
+    if mean:
+        n = 1
+        for a in axes:
+            n *= shape[a]
+        g = ew.run1(f_scale_only, g, g.dtype.type(1.0 / n))
+    return g
+
+
+def _broadcast(g, shape):
+    """A contiguous copy of ``g`` broadcast to ``shape``."""
+    return ew.run_n(f_first, [g, _const(0, g.dtype)], shape=shape)
+
+
+@ew.functor(2)
+def f_first(DT):
+    return lambda x, y, a, b: x
+
+
+for _name, _fn in (("reduce_sum", reduce_sum), ("reduce_mean", reduce_mean),
+                   ("reduce_sum_grad", reduce_sum_grad), ("reduce_mean_grad", reduce_mean_grad)):
+    register_kernel(_name, "cuda", _fn)
+

@@ -1,0 +1,221 @@
+"""CUDA kernels for layer_norm, dropout, softmax_with_cross_entropy (and grads).
+
+Mirrors Paddle's GPU ``LayerNormKernel``, ``DropoutKernel`` and
+``CrossEntropyWithSoftmaxKernel``. layer_norm and its grad are built from the
+shared elementwise and NumPy-ordered sum kernels in the NumPy kernel's exact
+order of roundings (Paddle fuses them into one kernel with Welford sums).
+dropout draws its keep mask on the host from the same generator as the CPU
+kernel and copies it over, so both backends drop the same elements.
+Cross-entropy runs one thread per row. Difference: a hard label out of
+range gives a NaN loss instead of an error (checking would need a device to
+host read).
+"""
+import numpy as np
+
+from refimpl.core.random import generator_for
+from refimpl.ops.registry import register_kernel
+
+from . import ew
+from .device import cuda, dev, empty, flat, launch, scalar_of, to_device
+from .fmath import log64, sqrt64
+from .ops_activation import row_layout, softmax_values
+from .ops_math import f_add, f_div, f_mul, f_sub
+
+TOLERABLE = 1e20
+
+
+@ew.functor(1)
+def f_rstd(DT):
+    return lambda v, a, b: a / DT(sqrt64(v + b))
+
+
+@ew.functor(2)
+def f_mul_u8(DT):
+    return lambda x, m, a, b: x * DT(m)
+
+
+@ew.functor(1)
+def f_times(DT):
+    return lambda x, a, b: x * a
+
+
+@ew.functor(1)
+def f_over(DT):
+    return lambda x, a, b: x / a
+
+
+def _rows(a, begin):
+    a = dev(a)
+    left = 1
+    for d in a.shape[:begin]:
+        left *= d
+    return a.reshape((left, a.size // left if left else 0))
+
+
+def _mean_rows(x2, dtype):
+    """x2.mean(axis=1) as NumPy: pairwise row sums divided by n (in x's dtype)."""
+    s = ew.sum_axes(x2, (1,))
+    return ew.run_n(f_div, [s, to_device(np.asarray(x2.shape[1], dtype=dtype).reshape(()))], shape=s.shape)
+
+
+def _col(v):
+    return v.reshape((v.shape[0], 1))
+
+
+# ---- layer_norm -----------------------------------------------------------------------------
+def layer_norm(X, Scale, Bias, *, epsilon, begin_norm_axis):
+    x = _rows(X, begin_norm_axis)
+    dt = x.dtype
+    mean = _mean_rows(x, dt)
+    y = ew.run_n(f_sub, [x, _col(mean)])
+    var = _mean_rows(ew.run_n(f_mul, [y, y]), dt)
+    rstd = ew.run1(f_rstd, var, 1, dt.type(epsilon))
+    y = ew.run_n(f_mul, [y, _col(rstd)])
+    if Scale is not None:
+        y = ew.run_n(f_mul, [y, dev(Scale).reshape((1, x.shape[1]))])
+    if Bias is not None:
+        y = ew.run_n(f_add, [y, dev(Bias).reshape((1, x.shape[1]))])
+    lead = tuple(X.shape[:begin_norm_axis])
+    return y.reshape(tuple(X.shape)), mean.reshape(lead), var.reshape(lead)
+
+
+def layer_norm_grad(X, Scale, Bias, Mean, Variance, dY, *, epsilon, begin_norm_axis, need):
+    x, dy = _rows(X, begin_norm_axis), _rows(dY, begin_norm_axis)
+    dt = x.dtype
+    rows = x.shape[0]
+    rstd = ew.run1(f_rstd, dev(Variance).reshape((rows,)), 1, dt.type(epsilon))
+    xhat = ew.run_n(f_mul, [ew.run_n(f_sub, [x, dev(Mean).reshape((rows, 1))]), _col(rstd)])
+    dx = dscale = dbias = None
+    if need[1] and Scale is not None:
+        dscale = ew.sum_axes(ew.run_n(f_mul, [dy, xhat]), (0,)).reshape(tuple(Scale.shape))
+    if need[2] and Bias is not None:
+        dbias = ew.sum_axes(dy, (0,)).reshape(tuple(Bias.shape))
+    if need[0]:
+        g = ew.run_n(f_mul, [dy, dev(Scale).reshape((1, x.shape[1]))]) if Scale is not None else dy
+        t = ew.run_n(f_sub, [g, _col(_mean_rows(g, dt))])
+        m2 = _mean_rows(ew.run_n(f_mul, [g, xhat]), dt)
+        t = ew.run_n(f_sub, [t, ew.run_n(f_mul, [xhat, _col(m2)])])
+        dx = ew.run_n(f_mul, [t, _col(rstd)]).reshape(tuple(X.shape))
+    return dx, dscale, dbias
+
+
+register_kernel("layer_norm", "cuda", layer_norm)
+register_kernel("layer_norm_grad", "cuda", layer_norm_grad)
+
+
+# ---- dropout ---------------------------------------------------------------------------------
+def _keep_scale(p, dtype):
+    return dtype.type(1) - dtype.type(p)
+
+
+def dropout(X, Seed, *, dropout_prob, is_test, dropout_implementation):
+    upscale = dropout_implementation == "upscale_in_train"
+    X = dev(X)
+    if is_test:
+        out = ew.run1(f_times, X, 1 if upscale else _keep_scale(dropout_prob, X.dtype))
+        return out, empty((0,), np.uint8)
+    seed = int(scalar_of(Seed)) if Seed is not None else 0
+    keep = generator_for(seed).random(tuple(X.shape)) >= dropout_prob  # the CPU kernel's draws
+    mask = to_device(keep.astype(np.uint8))
+    out = ew.run_n(f_mul_u8, [X, mask])
+    if upscale:
+        keep_p = _keep_scale(dropout_prob, X.dtype)
+        out = ew.run1(f_over, out, keep_p) if keep_p > 0 else ew.run1(f_times, X, 0)
+    return out, mask
+
+
+def dropout_grad(Mask, dOut, *, dropout_prob, is_test, dropout_implementation):
+    upscale = dropout_implementation == "upscale_in_train"
+    dOut = dev(dOut)
+    keep_p = _keep_scale(dropout_prob, dOut.dtype)
+    if is_test:
+        return ew.run1(f_times, dOut, 1 if upscale else keep_p)
+    dx = ew.run_n(f_mul_u8, [dOut, Mask])
+    if upscale:
+        dx = ew.run1(f_over, dx, keep_p) if keep_p > 0 else ew.run1(f_times, dOut, 0)
+    return dx
+
+
+register_kernel("dropout", "cuda", dropout)
+register_kernel("dropout_grad", "cuda", dropout_grad)
+
+
+# ---- softmax_with_cross_entropy ---------------------------------------------------------------
+@cuda.jit
+def _ce_hard(prob, lab, loss, n, inner, ignore, big):
+    for r in range(cuda.grid(1), loss.size, cuda.gridsize(1)):
+        c = lab[r]
+        if c == ignore:
+            loss[r] = 0
+        elif c < 0 or c >= n:
+            loss[r] = np.nan
+        else:
+            v = -log64(prob[(r // inner) * n * inner + r % inner + c * inner])
+            loss[r] = big if v > big else (-big if v < -big else v)
+
+
+@cuda.jit
+def _ce_hard_grad(sm, lab, dloss, out, n, inner, ignore, use_softmax, zero):
+    for r in range(cuda.grid(1), dloss.size, cuda.gridsize(1)):
+        base = (r // inner) * n * inner + r % inner
+        c = lab[r]
+        s = zero if c == ignore else dloss[r]
+        for j in range(n):
+            out[base + j * inner] = sm[base + j * inner] * s if use_softmax else zero
+        if c != ignore and 0 <= c < n:
+            k = base + c * inner
+            out[k] = out[k] - s if use_softmax else -s / sm[k]
+
+
+@ew.functor(2)
+def f_neg_log_times(DT):
+    def nlt(lab, p, a, b):
+        v = -DT(log64(p))
+        v = a if v > a else (-a if v < -a else v)
+        return lab * v
+    return nlt
+
+
+@ew.functor(3)
+def f_soft_grad(DT):
+    return lambda s, lab, d, a, b: (s - lab) * d if a else (-lab / s) * d
+
+
+def softmax_with_cross_entropy(Logits, Label, *, soft_label, use_softmax, ignore_index, axis):
+    Logits = dev(Logits)
+    axis = axis % len(Logits.shape)
+    prob = softmax_values(Logits, axis) if use_softmax else ew.run1(f_times, Logits, 1)
+    loss_shape = tuple(1 if i == axis else d for i, d in enumerate(Logits.shape))
+    rows, n, inner = row_layout(tuple(Logits.shape), axis)
+    if soft_label:
+        t = ew.run_n(f_neg_log_times, [dev(Label), prob], TOLERABLE)
+        return prob, ew.sum_axes(t, (axis,), keep_shape=loss_shape)
+    lab = _labels(Label, rows)
+    loss = empty(loss_shape, Logits.dtype)
+    launch(_ce_hard, rows, flat(prob), lab, flat(loss), n, inner, ignore_index,
+           Logits.dtype.type(TOLERABLE))
+    return prob, loss
+
+
+def _labels(Label, rows):
+    lab = dev(Label)
+    if lab.dtype != np.int64:
+        from .ops_manipulation import cast_to
+        lab = cast_to(lab, np.int64)
+    return lab.reshape((rows,))
+
+
+def softmax_with_cross_entropy_grad(Label, Softmax, dLoss, *, soft_label, use_softmax, ignore_index, axis):
+    Softmax = dev(Softmax)
+    axis = axis % len(Softmax.shape)
+    if soft_label:
+        return ew.run_n(f_soft_grad, [Softmax, Label, dLoss], int(bool(use_softmax)), shape=tuple(Softmax.shape))
+    rows, n, inner = row_layout(tuple(Softmax.shape), axis)
+    out = empty(Softmax.shape, Softmax.dtype)
+    launch(_ce_hard_grad, rows, flat(Softmax), _labels(Label, rows), flat(dev(dLoss)), flat(out), n, inner,
+           ignore_index, bool(use_softmax), Softmax.dtype.type(0))
+    return out
+
+
+register_kernel("softmax_with_cross_entropy", "cuda", softmax_with_cross_entropy)
+register_kernel("softmax_with_cross_entropy_grad", "cuda", softmax_with_cross_entropy_grad)

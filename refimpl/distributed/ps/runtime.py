@@ -1,0 +1,173 @@
+"""The parameter-server runtime of one rank, behind ``fleet.init_server`` & co.
+
+Mirrors Paddle's ``TheOnePSRuntime`` (``paddle.distributed.ps.the_one_ps``):
+``init_server`` builds the server's tables from the startup program (or a
+saved model), ``run_server`` serves, ``init_worker`` starts the worker's
+communicator and pulls the initial parameters, ``stop_worker`` says
+goodbye, and the save / load / shrink calls gather from or scatter to the
+servers. Jobs run on the same communicators as collective jobs: MPI ranks
+under ``mpiexec`` (``python -m refimpl.distributed.launch --server_num S
+--worker_num W``) or thread ranks (:func:`run_ps_in_process`); server ``i``
+is rank ``i`` and worker ``j`` rank ``S + j``.
+
+Differences from Paddle: no brpc, no endpoints actually opened (the
+``PADDLE_*`` endpoints only name the roles), one runtime per rank context,
+models saved as one ``.npz`` (``allow_pickle=False``).
+"""
+import os
+import weakref
+
+import numpy as np
+
+from refimpl.core.errors import InvalidArgument, PreconditionNotMet
+from refimpl.distributed.communication import DEFAULT_TIMEOUT, InProcessWorld, context
+from refimpl.distributed.communication.inprocess import run_threads
+
+from .client import PSClient
+from .server import ParameterServer
+
+MODEL_FILE = "persistables.npz"
+_runtimes = weakref.WeakKeyDictionary()  # rank context -> PSRuntime
+
+
+# ---- in-process jobs and their role makers ------------------------------------------------------
+def run_ps_in_process(server_num, worker_num, fn, *args, timeout=DEFAULT_TIMEOUT, **kwargs):
+    """Run ``fn`` on ``server_num + worker_num`` thread ranks (servers first); return their results.
+
+    Inside, ``fleet.init()`` (no role maker) gives each thread its PS role;
+    failures and timeouts behave as in ``run_in_process``.
+    """
+    if server_num < 1 or worker_num < 1:
+        raise InvalidArgument(f"a PS job needs >= 1 server and >= 1 worker, got {server_num} and {worker_num}")
+    world = InProcessWorld(server_num + worker_num, timeout)
+    world.ps_layout = (server_num, worker_num)
+    return run_threads(world, range(server_num + worker_num), fn, args, kwargs, timeout)
+
+
+def endpoints(server_num, worker_num, host="127.0.0.1", base_port=6170):
+    """Made-up endpoints of the servers and of the workers (ports in rank order)."""
+    return ([f"{host}:{base_port + i}" for i in range(server_num)],
+            [f"{host}:{base_port + server_num + j}" for j in range(worker_num)])
+
+
+def thread_role_maker():
+    """A UserDefinedRoleMaker for the calling thread rank of a ``run_ps_in_process`` job, else None."""
+    if not context.has_thread_context():
+        return None
+    ctx = context.current()
+    layout = getattr(ctx.world, "ps_layout", None)
+    if layout is None:
+        return None
+    from refimpl.distributed.fleet.base.role_maker import Role, UserDefinedRoleMaker
+    s, w = layout
+    servers, workers = endpoints(s, w)
+    is_server = ctx.rank < s
+    return UserDefinedRoleMaker(is_collective=False, role=Role.SERVER if is_server else Role.WORKER,
+                                current_id=ctx.rank if is_server else ctx.rank - s, worker_num=w,
+                                server_endpoints=servers, worker_endpoints=workers)
+
+
+def join_mpi_if_launched():
+    """Under mpiexec, outside thread ranks: join the MPI job (once); return this rank's context."""
+    ctx = context.current()
+    under_mpi = any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"))
+    if ctx.backend != "mpi" and not context.has_thread_context() and under_mpi:
+        from refimpl.distributed.communication import init_mpi
+        ctx = init_mpi()
+    return ctx
+
+
+def _rank_context(server_num, worker_num):
+    """This rank's context: the thread's, else the MPI job's (joined here if needed)."""
+    ctx = join_mpi_if_launched()
+    if ctx.world_size != server_num + worker_num:
+        raise PreconditionNotMet(f"the job has {server_num} server(s) and {worker_num} worker(s) but this "
+                                 f"process's communication world has {ctx.world_size} rank(s); start it with "
+                                 f"`python -m refimpl.distributed.launch --server_num S --worker_num W` or "
+                                 f"refimpl.distributed.ps.run_ps_in_process")
+    return ctx
+
+
+# ---- the runtime --------------------------------------------------------------------------------
+class PSRuntime:
+    """One rank's part of a PS job: a ParameterServer or a PSClient."""
+
+    def __init__(self, job, role_maker):
+        self.job, self.rm = job, role_maker
+        self.ctx = _rank_context(job.server_num, job.worker_num)
+        self.comm = self.ctx.comm(0)
+        self.server = self.client = None
+        _runtimes[self.ctx] = self
+
+    def _executor(self):
+        from refimpl.executor import Executor
+        from refimpl.core.place import CPUPlace
+        return Executor(CPUPlace())
+
+    # ---- server side --------------------------------------------------------------------------
+    def init_server(self, dirname=None):
+        from refimpl.core.scope import Scope
+        exe, scratch = self._executor(), Scope()
+        exe.run(self.job.startup, scope=scratch)
+        full = {}
+        for full_name, _ in self.job.server_vars[self.rm._server_index()].values():
+            v = scratch.find_var(full_name)
+            if v is not None and v.is_initialized():
+                full[full_name] = np.array(v.get_tensor())
+        if dirname:
+            full.update(load_npz(dirname))
+        self.server = ParameterServer(self.job, self.rm._server_index(), self.comm, exe, Scope())
+        self.server.init_from(full)
+
+    def run_server(self):
+        if self.server is None:
+            raise PreconditionNotMet("run_server: call fleet.init_server() first")
+        return self.server.serve()
+
+    # ---- worker side --------------------------------------------------------------------------
+    def init_worker(self, scope):
+        self.client = PSClient(self.job, self.rm._worker_index(), self.comm)
+        self.scope = scope
+        self.refresh(scope)
+        if self.job.mode == "geo":
+            self.client.last_seen = {n: np.array(scope.find_var(n).get_tensor()) for n in self.job.plan.names}
+
+    def refresh(self, scope):
+        """Copy the servers' parameters into ``scope``."""
+        for name, value in self.client.pull().items():
+            scope.var(name).get_tensor().set(value)
+
+    def require_client(self, what):
+        if self.client is None:
+            raise PreconditionNotMet(f"{what}: call fleet.init_worker() on this worker first")
+        return self.client
+
+
+def runtime_of_current_rank():
+    rt = _runtimes.get(context.current())
+    if rt is None:
+        raise PreconditionNotMet("a parameter-server op ran on a rank without a PS runtime: build the program "
+                                 "with fleet.distributed_optimizer(...).minimize in PS mode and call "
+                                 "fleet.init_worker() first")
+    return rt
+
+
+def client_of_current_rank(what):
+    return runtime_of_current_rank().require_client(what)
+
+
+# ---- files --------------------------------------------------------------------------------------
+def save_npz(dirname, values):
+    os.makedirs(dirname, exist_ok=True)
+    path = os.path.join(dirname, MODEL_FILE)
+    with open(path, "wb") as f:
+        np.savez(f, **{k: np.asarray(v) for k, v in sorted(values.items())})
+    return path
+
+
+def load_npz(dirname):
+    path = dirname if dirname.endswith(".npz") else os.path.join(dirname, MODEL_FILE)
+    if not os.path.exists(path):
+        raise InvalidArgument(f"no saved PS model at {path}")
+    with np.load(path, allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}

@@ -1,0 +1,271 @@
+"""The blocking queue between a data loader's producer thread and the ``read`` op.
+
+Mirrors Paddle's ``OrderedMultiDeviceDenseTensorBlockingQueue`` (held by a
+scope variable through ``...QueueHolder``), the ``PyReader`` that pops from
+it and the ``BufferedReader`` behind ``create_double_buffer_reader``:
+
+* **bounded**: ``push`` blocks while ``capacity`` batches wait (at least one
+  per device, so a full round always fits); ``close`` ends the epoch (pushes
+  return False, readers drain what is left, then get EOF); ``kill(exc)``
+  makes every later read raise Paddle's "Blocking queue is killed" error
+  (batches pushed before it are still read: deterministic, where Paddle
+  races).
+* **devices**: with ``set_device_count(N)`` (CompiledProgram with N places)
+  batch ``k`` goes to device ``k % N``: each place reads its own batches in
+  order. A device reads round ``r`` only once the round is complete (or the
+  queue is closed), so a partial last round is treated the same on every
+  place: dropped with ``drop_last`` (every place gets EOF), else the places
+  without a batch get an empty (0-row) one, as Paddle's ``read`` op gives
+  when it does not throw.
+* **double buffer**: a device's :class:`DoubleBufferReader` pops its next
+  batch on a short-lived thread while the current one is used.
+
+Differences: Paddle keeps one sub-queue per device; here one dict indexed by
+batch number does the same. Reading from a queue whose loader was never
+started raises instead of blocking forever. Queues are also found by name
+in a process-wide registry, so programs run in any scope (a pipeline rank's
+fresh scope) reach them; Paddle looks only in the scope.
+"""
+import threading
+import weakref
+
+import numpy as np
+
+from refimpl.core.errors import EnforceNotMet, Fatal, InvalidArgument, PreconditionNotMet
+
+JOIN_TIMEOUT = 10.0  # seconds to wait for a prefetch or producer thread to stop
+
+
+class EOFException(EnforceNotMet):
+    """Paddle's ``paddle.base.core.EOFException``: the epoch's data is used up."""
+
+    kind = "EOFException"
+
+
+EOF_MESSAGE = "There is no next data."
+
+_QUEUES = weakref.WeakValueDictionary()
+
+
+def register(name, queue):
+    _QUEUES[name] = queue
+
+
+def lookup(name):
+    """The queue registered under ``name`` (None if there is none)."""
+    return _QUEUES.get(name)
+
+
+class BlockingQueue:
+    """Bounded, ordered, multi-device batch queue (see the module docstring)."""
+
+    nbytes = 0  # it sits in a scope variable where tensors keep their buffer
+
+    def __init__(self, capacity, name=None):
+        if not capacity or int(capacity) < 1:
+            raise InvalidArgument(f"Please give value to capacity (got {capacity!r})")
+        self.capacity, self.name = int(capacity), name
+        self._cond = threading.Condition()
+        self._device_count = 1
+        self._readers = {}
+        self._reset_state()
+
+    def _reset_state(self):
+        self._items = {}                              # batch number -> batch
+        self._pushed = 0
+        self._next = list(range(self._device_count))  # next batch number of each device
+        self._closed, self._killed, self._started = False, None, False
+
+    # ---- set-up ----------------------------------------------------------
+    def set_device_count(self, n):
+        """The seed's ``SetDeviceCount`` (CompiledProgram: the number of places)."""
+        with self._cond:
+            if n == self._device_count:
+                return
+            if self._next != list(range(self._device_count)):
+                raise PreconditionNotMet(f"queue {self.name!r}: cannot set the device count to {n} "
+                                         f"after reading started; call loader.reset() first")
+            self._device_count = int(n)
+            self._next = list(range(self._device_count))
+            self._readers.clear()
+            self._cond.notify_all()
+
+    def device_count(self):
+        return self._device_count
+
+    def start(self):
+        with self._cond:
+            self._started = True
+            self._cond.notify_all()
+
+    # ---- producer side -----------------------------------------------------
+    def push(self, batch):
+        """Add one batch; block while full. False once closed or killed (the producer stops)."""
+        with self._cond:
+            while not self._closed and self._killed is None and \
+                    len(self._items) >= max(self.capacity, self._device_count):
+                self._cond.wait()
+            if self._closed or self._killed is not None:
+                return False
+            self._items[self._pushed] = batch
+            self._pushed += 1
+            self._cond.notify_all()
+            return True
+
+    def close(self):
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def kill(self, error=None):
+        with self._cond:
+            self._killed = error if error is not None else RuntimeError("killed")
+            self._cond.notify_all()
+
+    def is_closed(self):
+        return self._closed
+
+    def size(self):
+        return len(self._items)
+
+    # ---- consumer side -----------------------------------------------------
+    def pop(self, device=0, drop_last=True):
+        """The next batch of ``device``; None at the end of the epoch (see the module docstring)."""
+        with self._cond:
+            n = self._device_count
+            if not 0 <= device < n:
+                raise InvalidArgument(f"queue {self.name!r}: device {device} of {n}")
+            i = self._next[device]
+            round_end = (i // n + 1) * n
+            while True:
+                if i < self._pushed and self._pushed >= round_end:
+                    break  # batches made before a generator error are still read
+                self._check_alive()
+                if self._closed:
+                    if i < self._pushed and not drop_last:
+                        break
+                    if not drop_last and round_end - n < self._pushed <= i:
+                        self._next[device] += n
+                        return []  # the partial last round: this place gets an empty batch
+                    return None
+                self._cond.wait()
+            batch = self._items.pop(i)
+            self._next[device] += n
+            self._cond.notify_all()
+            return batch
+
+    def _check_alive(self):
+        if self._killed is not None:
+            e = self._killed
+            raise Fatal(f"Blocking queue is killed because the data reader raises an exception: "
+                        f"{type(e).__name__}: {e}")
+        if not self._started and not self._closed:
+            raise PreconditionNotMet(f"the DataLoader of queue {self.name!r} is not started: call "
+                                     f"loader.start() before exe.run (after loader.reset() for a new epoch)")
+
+    def reader(self, device=0, double_buffer=False):
+        """The reader of ``device`` (one per device, shared by every op and job that reads it)."""
+        with self._cond:
+            key = (device, bool(double_buffer))
+            r = self._readers.get(key)
+            if r is None:
+                r = self._readers[key] = (DoubleBufferReader if double_buffer else PyReader)(self, device)
+            return r
+
+    def reset(self):
+        """Empty the queue for a new epoch (the producer must have stopped)."""
+        for r in list(self._readers.values()):
+            r.reset()
+        with self._cond:
+            self._reset_state()
+            self._cond.notify_all()
+
+
+class PyReader:
+    """Reads one device's batches from the queue (Paddle's ``PyReader``)."""
+
+    def __init__(self, queue, device):
+        self.queue, self.device = queue, device
+
+    def read_next(self, drop_last=True):
+        return self.queue.pop(self.device, drop_last)
+
+    def reset(self):
+        pass
+
+
+class DoubleBufferReader(PyReader):
+    """Pops the next batch on a helper thread while the caller uses this one (``BufferedReader``)."""
+
+    def __init__(self, queue, device):
+        super().__init__(queue, device)
+        self._pending = None  # (thread, box, drop_last)
+
+    def read_next(self, drop_last=True):
+        pending, self._pending = self._pending, None
+        if pending is not None and pending[2] == drop_last:
+            batch = self._take(pending)
+        else:
+            if pending is not None:
+                self._take(pending)  # prefetched under another drop_last: cannot happen in one program
+            batch = self.queue.pop(self.device, drop_last)
+        if batch:
+            self._pending = self._prefetch(drop_last)
+        return batch
+
+    def _prefetch(self, drop_last):
+        box = {}
+
+        def body():
+            try:
+                box["batch"] = self.queue.pop(self.device, drop_last)
+            except BaseException as exc:  # noqa: B902 - handed to the reading thread
+                box["error"] = exc
+
+        t = threading.Thread(target=body, name=f"refimpl-double-buffer-{self.queue.name}-{self.device}",
+                             daemon=True)
+        t.start()
+        return t, box, drop_last
+
+    @staticmethod
+    def _take(pending):
+        t, box, _ = pending
+        t.join()
+        if "error" in box:
+            raise box["error"]
+        return box["batch"]
+
+    def reset(self):
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending[0].join(JOIN_TIMEOUT)
+
+
+def check_batch(batch, names, shapes, dtypes, need_check):
+    """Paddle's ``read`` op check: one array per feed var, of its rank, fixed dims and dtype."""
+    if len(batch) != len(names):
+        raise InvalidArgument(f"the data loader gave {len(batch)} arrays, but its feed list has "
+                              f"{len(names)} variables {list(names)}")
+    for name, arr, shape, dtype, check in zip(names, batch, shapes, dtypes, need_check):
+        if not check:
+            continue
+        if arr.ndim != len(shape) or any(d >= 0 and d != a for d, a in zip(shape, arr.shape)):
+            raise InvalidArgument(f"The fed Variable {name} should have dimensions = {len(shape)}, shape = "
+                                  f"{list(shape)}, but received fed shape {list(arr.shape)}")
+        if dtype is not None and arr.dtype != np.dtype(dtype):
+            raise InvalidArgument(f"The data type of fed Variable {name} must be {np.dtype(dtype)}, but "
+                                  f"received {arr.dtype}")
+
+
+def empty_batch(shapes, dtypes):
+    """The 0-row batch a place without data gets from a partial last round (drop_last=False)."""
+    return [np.zeros([0] + [max(d, 0) for d in s[1:]], dtype=dt or "float32") for s, dt in zip(shapes, dtypes)]
+
+
+def set_reader_device_count(program, device_count):
+    """The seed's ``InitReaderQueueDeviceCount``: every ``create_py_reader`` queue gets ``device_count``."""
+    for op in program.global_block().ops:
+        if op.type == "create_py_reader":
+            queue = lookup(op.input("blocking_queue")[0])
+            if queue is not None:
+                queue.set_device_count(device_count)

@@ -1,0 +1,90 @@
+"""The backend switch, the kernel coverage and an elementwise program that must agree bit for bit."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import refimpl as paddle
+import cuda_backend
+from refimpl.core.errors import InvalidArgument
+from refimpl.executor import Trace
+from refimpl.framework import Program, unique_name
+
+from harness import gc_events, place
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_every_registered_op_has_a_cuda_kernel():
+    cuda_backend.require()
+    assert cuda_backend.missing_kernels() == []
+
+
+def _elementwise_program():
+    main, startup = Program(), Program()
+    with paddle.static.program_guard(main, startup), unique_name.guard():
+        x = paddle.static.data("x", [None, 6], "float32")
+        y = paddle.static.data("y", [6], "float32")
+        h = paddle.nn.functional.relu(paddle.scale(x * y + x, 0.5, 0.25)) - y / (x * x + 1.0)
+        out = paddle.sqrt(paddle.square(h) + 2.0)
+    return main, out
+
+
+def _run_elementwise(backend):
+    main, out = _elementwise_program()
+    rng = np.random.default_rng(3)
+    feed = {"x": rng.standard_normal((5, 6)).astype("float32"), "y": rng.standard_normal(6).astype("float32")}
+    trace = Trace()
+    exe = paddle.static.Executor(place(backend))
+    got, = exe.run(main, feed=feed, fetch_list=[out], scope=paddle.static.Scope(), trace=trace)
+    return got, gc_events(trace), exe.memory_stats()
+
+
+def test_elementwise_only_program_is_bitwise_identical():
+    ref, got = _run_elementwise("numpy"), _run_elementwise("cuda")
+    assert got[0].dtype == ref[0].dtype and got[0].shape == ref[0].shape
+    assert got[0].tobytes() == ref[0].tobytes()
+    assert got[1] == ref[1] and got[2] == ref[2]
+
+
+def test_set_backend_moves_cpu_place_executors_and_back():
+    try:
+        paddle.set_backend("cuda")
+        assert paddle.get_backend() == "cuda" and paddle.CPUPlace().backend == "cuda"
+        got = _run_elementwise("numpy")[0]  # an Executor(CPUPlace()) now runs the cuda kernels
+    finally:
+        paddle.set_backend("numpy")
+    assert paddle.CPUPlace().backend == "numpy"
+    assert got.tobytes() == _run_elementwise("numpy")[0].tobytes()
+    with pytest.raises(InvalidArgument, match="unknown backend"):
+        paddle.set_backend("tpu")
+
+
+def _no_device_env(**extra):
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", **extra)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1",
+                    reason="on a GPU machine CUDA is available, so there is no error to see")
+def test_cuda_without_gpu_or_simulator_is_a_clear_typed_error():
+    code = ("import refimpl as p\n"
+            "try:\n    p.set_backend('cuda')\n"
+            "except p.core.errors.Unavailable as e:\n    print(type(e).__name__, '|', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=_no_device_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert "CudaUnavailable |" in out.stdout, out.stdout + out.stderr
+    assert "NUMBA_ENABLE_CUDASIM=1" in out.stdout
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs the no-GPU case")
+def test_refimpl_backend_env_fails_on_first_run_with_the_same_error():
+    code = ("import refimpl as p\nfrom refimpl.framework import Program\n"
+            "try:\n    p.static.Executor().run(Program())\n"
+            "except p.core.errors.Unavailable as e:\n    print(type(e).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=_no_device_env(REFIMPL_BACKEND="cuda"),
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "CudaUnavailable", out.stdout + out.stderr
