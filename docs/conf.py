@@ -17,7 +17,7 @@ author = "the refimpl authors"
 copyright = "2026, the refimpl authors"
 try:
     from refimpl import __version__ as release
-except ImportError:  # pragma: no cover - the package is importable from ROOT
+except ImportError:  # pragma: no cover - refimpl is importable from the repository
     release = "0.1.0"
 version = release
 
@@ -25,7 +25,6 @@ extensions = [
     "myst_nb",                      # MyST markdown + .ipynb (registers myst_parser itself)
     "sphinx.ext.autodoc",
     "refimpl_api",                  # .. refimpl-modules:: (one API page per package)
-    "sphinx.ext.viewcode",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 exclude_patterns = ["_build", "jupyter_execute", "Thumbs.db", ".DS_Store", "tutorials/data",
@@ -39,6 +38,7 @@ myst_heading_anchors = 3
 autodoc_default_options = {"members": True, "show-inheritance": True, "ignore-module-all": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"
+toc_object_entries = False    # classes and functions stay off the navigation tree (keeps the build fast)
 autodoc_mock_imports = ["mpi4py", "numba"]   # optional dependencies: the API pages do not need them
 
 html_theme = "furo"
