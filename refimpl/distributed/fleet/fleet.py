@@ -348,7 +348,8 @@ class Fleet(CollectivePerf, ParameterServerAPI):
         if isinstance(loss, list):
             if rm._is_non_distributed() or self._is_collective:
                 raise InvalidArgument("loss can be list only in PS mode")
-            raise Unimplemented("a list of losses needs parameter-server mode, which refimpl does not have")
+            raise Unimplemented("minimizing a list of losses is not supported by refimpl (Paddle allows it in "
+                                "parameter-server mode only)")
         if self._distributed_optimizer is None:
             raise Unimplemented('Class "Optimizer" cannot be used directly as an optimizer, please use its '
                                 'subclasses such as "Adam" (call fleet.distributed_optimizer(optimizer) '

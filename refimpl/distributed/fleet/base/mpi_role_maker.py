@@ -30,7 +30,8 @@ class MPIRoleMaker(PaddleCloudRoleMaker):
 
     def __init__(self, is_collective=True, **kwargs):
         if not is_collective:
-            raise Unimplemented("MPIRoleMaker is collective only; refimpl has no parameter-server mode")
+            raise Unimplemented("MPIRoleMaker is collective only; for parameter-server mode use PaddleCloudRoleMaker "
+                                "(python -m refimpl.distributed.launch --server_num S --worker_num W)")
         super().__init__(is_collective=True, **kwargs)
         self._source = None
 
