@@ -10,6 +10,10 @@ from refimpl.core.errors import InvalidArgument
 _DEFAULTS = {
     # < 0: no garbage collection; 0: free at once; > 0: batch up to this many GB
     "FLAGS_eager_delete_tensor_gb": 0.0,
+    # GPU backend: True releases a dead tensor's device memory at once (Paddle's
+    # UnsafeFastGPUGarbageCollector); False queues it behind the work already issued
+    # on the kernels' stream (StreamGarbageCollector). See cuda_backend.garbage_collector.
+    "FLAGS_fast_eager_deletion_mode": True,
     # which IR the pipeline passes assume (Paddle's default is the new IR)
     "FLAGS_enable_pir_api": True,
 }

@@ -45,6 +45,21 @@ def get_backend():
     return CPUPlace.backend
 
 
+def collector_class(backend):
+    """The garbage collector class for ``backend`` (the hook the executor selects it through).
+
+    NumPy: the CPU ``GarbageCollector``. CUDA: the backend's own collector
+    (``cuda_backend.garbage_collector``: stream-ordered, or unsafe-fast under
+    ``FLAGS_fast_eager_deletion_mode``), which keeps the CPU plan, batching
+    and accounting and differs only in when device memory is released.
+    """
+    if backend == "numpy":
+        from .garbage_collector import GarbageCollector
+        return GarbageCollector
+    from cuda_backend.garbage_collector import collector_class as cuda_collector_class
+    return cuda_collector_class()
+
+
 def to_device(array, backend):
     """A fed host array as the backend's tensor value (the identity for NumPy)."""
     if backend == "numpy":

@@ -13,6 +13,7 @@ from refimpl.ops.registry import get_op_def
 
 from refimpl.core.tensor import DenseTensor, TensorMeta
 
+from .backend import collector_class as _collector_class
 from .backend import ensure as _ensure_backend
 from .garbage_collector import GarbageCollector, Memory
 from .gc_plan import eager_deletion_vars, no_need_buffer_inputs
@@ -111,14 +112,18 @@ class PreparedBlock:
         # vars some op reads as no-need-buffer keep their shape when freed (``keep_meta``
         # adds those that ops of other programs read, e.g. later jobs of a plan)
         self.keep_meta = {n for op in self.block.ops for n in no_need_buffer_inputs(op)} | set(keep_meta)
-        self.gc = GarbageCollector(self.memory, gc_threshold, self.keep_meta) if plan is not None else None
+        # the backend picks the collector class (CPU: GarbageCollector; cuda: a GPU collector
+        # that differs only in when device memory is released, see cuda_backend.garbage_collector)
+        gc_cls = GarbageCollector if self.backend == "numpy" else _collector_class(self.backend)
+        self.gc = gc_cls(self.memory, gc_threshold, self.keep_meta) if plan is not None else None
         self.steps = []
         for i, op in enumerate(self.block.ops):
             frees = [(n, self.tensor(n)) for n in plan[i]] if plan else []
             self.steps.append((self._prepare_op(i, op), frees, i, op))
-        # with GC "free at once", each op's frees are fused into its runner
+        # with GC "free at once", each op's frees are fused into its runner (CPU collector only:
+        # a GPU collector must see every free to decide when the device memory goes back)
         self.fused = None
-        if self.gc is not None and gc_threshold <= 0:
+        if self.gc is not None and gc_threshold <= 0 and getattr(gc_cls, "FUSABLE", True):
             self.fused = [self._prepare_op(i, op, frees) for _, frees, i, op in self.steps]
 
     # ---- scope resolution --------------------------------------------------

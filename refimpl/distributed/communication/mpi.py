@@ -122,6 +122,15 @@ class MPIWorld:
             sub = self.blocking(f"rank {rank}: creating ring {ring_id}", self.world_comm.Split, color, key)
         if not member:
             return None
+        # NCCL hook: with the cuda backend, and NCCL usable on every rank of the group, the
+        # ring's communicator also holds an NCCL communicator, so device buffers move on the GPU
+        # (see NcclRingCommunicator); otherwise (numpy backend, no GPU, the simulator, two ranks
+        # on one GPU) the plain MPI communicator stages device buffers through host memory.
+        nccl = select_nccl(self, sub, ring_id, rank)
+        if nccl is not None:
+            comm = NcclRingCommunicator(self, ring_id, ranks, rank, sub, nccl)
+            self.comms.append(comm)
+            return comm
         comm = MPICommunicator(self, ring_id, ranks, rank, sub)
         self.comms.append(comm)
         return comm
@@ -286,6 +295,113 @@ class MPICommunicator(Communicator):
             sends, self.sends = self.sends, []
         for reqs, _ in sends:
             self._call("flushing sends", self.MPI.Request.Waitall, reqs)
+
+
+# ---- NCCL on device buffers (the cuda backend) --------------------------------------------
+def select_nccl(world, sub, ring_id, rank):
+    """The NCCL communicator for a group (``cuda_backend.nccl.create``), or None to stay on MPI.
+
+    Only when the process's backend is "cuda" (``refimpl.set_backend`` /
+    ``REFIMPL_BACKEND``, set before the rings are made) and
+    ``cuda_backend.nccl.nccl_usable()`` holds on *every* rank of the group:
+    the ranks agree (a MIN all-reduce) before anyone starts the collective
+    NCCL bootstrap, and again after it, so they never take different paths.
+    ``create`` itself falls back to host staging when NCCL refuses (e.g. two
+    ranks on one GPU); then the MPI communicator is kept.
+    """
+    from refimpl.executor.backend import get_backend
+    if get_backend() != "cuda":
+        return None
+    try:
+        from cuda_backend import nccl
+    except ImportError:
+        return None
+    what = f"rank {rank}: choosing NCCL for ring {ring_id}"
+
+    def everyone(ok):
+        return bool(world.blocking(what, sub.allreduce, int(bool(ok)), world.MPI.MIN))
+
+    if not everyone(nccl.nccl_usable()):
+        return None
+    comm = nccl.create(sub)
+    if not everyone(getattr(comm, "backend", None) == "nccl"):
+        comm.close()
+        return None
+    return comm
+
+
+class NcclRingCommunicator(MPICommunicator):
+    """An MPI ring communicator whose collectives on device arrays run on NCCL.
+
+    Device arrays (numba, as the cuda backend's tensors) go to ``self.nccl``
+    (a ``cuda_backend.nccl.NcclComm``) on the kernels' stream and come back as
+    device arrays; host arrays, dtypes NCCL lacks, and ``send``/``recv`` (kept
+    buffered and non-blocking, with their shape headers, as every refimpl
+    communicator's) take the inherited MPI path. The small MPI header check
+    still runs first, so a mismatched call raises instead of hanging in NCCL.
+    """
+
+    backend = "nccl"
+
+    def __init__(self, world, ring_id, ranks, global_rank, comm, nccl):
+        super().__init__(world, ring_id, ranks, global_rank, comm)
+        self.nccl = nccl
+
+    @staticmethod
+    def _on_device(x):
+        from cuda_backend.device import is_device
+        from cuda_backend.nccl import _NCCL_TYPE
+        return x is not None and is_device(x) and x.dtype in _NCCL_TYPE
+
+    @staticmethod
+    def _into_device(out, res):
+        if out is None or out is res:
+            return res
+        out.copy_to_device(res)
+        return out
+
+    def all_reduce(self, x, op=ReduceOp.SUM, out=None):
+        if not self._on_device(x):
+            return super().all_reduce(x, op, out)
+        op = reduce_op(op)
+        self._check("all_reduce", (op,), x)
+        return self._into_device(out, self.nccl.all_reduce(x, op))
+
+    def broadcast(self, x, root=0, out=None):
+        if not self._on_device(x):
+            return super().broadcast(x, root, out)
+        check_root(root, self.nranks, self.where("broadcast"))
+        self._check("broadcast", (root,), x)
+        return self._into_device(out, self.nccl.broadcast(x, root))
+
+    def reduce(self, x, root=0, op=ReduceOp.SUM, out=None):
+        if not self._on_device(x):
+            return super().reduce(x, root, op, out)
+        check_root(root, self.nranks, self.where("reduce"))
+        op = reduce_op(op)
+        self._check("reduce", (root, op), x)
+        res = self.nccl.all_reduce(x, op)  # (the binding has no ncclReduce; non-roots keep x)
+        return self._into_device(out, res if self.rank == root else x)
+
+    def all_gather(self, x):
+        if not self._on_device(x):
+            return super().all_gather(x)
+        self._check("all_gather", (), x)
+        return self.nccl.all_gather(x)
+
+    def reduce_scatter(self, x, op=ReduceOp.SUM):
+        if not self._on_device(x):
+            return super().reduce_scatter(x, op)
+        op = reduce_op(op)
+        check_scatter_shape(x, self.nranks, self.where("reduce_scatter"))
+        self._check("reduce_scatter", (op,), x)
+        return self.nccl.reduce_scatter(x, op)
+
+    def send(self, x, peer, channel=0):
+        from cuda_backend.device import is_device
+        if is_device(x):
+            x = x.copy_to_host()
+        super().send(x, peer, channel)
 
 
 def _contiguous(a):
