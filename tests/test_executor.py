@@ -263,3 +263,25 @@ def test_no_need_buffer_inputs_freed_early_still_give_their_shape():
         exe.run(main, feed={"x": np.ones((2, 4), "float32")}, fetch_list=[loss], scope=scope)
         results.append(np.array(scope.find_var("fc_0.w_0").get_tensor()))
     np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_a_failing_optimizer_op_leaves_every_parameter_as_it_was():
+    # the last update reads a gradient fed at run time with the wrong shape: the run must fail
+    # before the first (in-place) update, so no parameter is half-updated
+    main, startup, loss = build(layers=2)
+    with paddle.static.program_guard(main, startup):
+        g = paddle.static.data("bad_grad", [-1], "float32")
+        b = main.global_block()
+        b.append_op(type="sgd", inputs={"Param": b.var("fc_2.b_0"), "Grad": g,
+                                        "LearningRate": b.var("learning_rate_0")},
+                    outputs={"ParamOut": b.var("fc_2.b_0")}, attrs={"op_role": 2})
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor()
+    exe.run(startup, scope=scope)
+    before = {p.name: np.array(scope.find_var(p.name).get_tensor()) for p in main.all_parameters()}
+    with pytest.raises(InvalidArgument, match=r"sgd.*shapes differ.*no optimizer update of this run"):
+        exe.run(main, feed=dict(feed(), bad_grad=np.ones(7, "float32")), fetch_list=[loss], scope=scope)
+    for name, value in before.items():
+        np.testing.assert_array_equal(np.array(scope.find_var(name).get_tensor()), value, err_msg=name)
+    out = exe.run(main, feed=dict(feed(), bad_grad=np.ones(4, "float32")), fetch_list=[loss], scope=scope)
+    assert np.isfinite(out[0])

@@ -38,6 +38,14 @@ def _gc_threshold():
 _IN_PLACE_KERNELS = ("refimpl.ops.optimizer_ops", "refimpl.ops.collective_ops")
 
 
+def _before(step, hook):
+    """A step whose runner calls ``hook()`` first (steps are (run, frees, i, op) tuples or runners)."""
+    if isinstance(step, tuple):
+        run = step[0]
+        return (lambda: (hook(), run()), ) + step[1:]
+    return lambda: (hook(), step())
+
+
 def _updates_in_place(op, backend):
     """Whether ``op``'s kernel may write into an input array (optimizer and collective kernels do)."""
     try:
@@ -94,6 +102,76 @@ class PreparedProgram:
         self._check_inputs(set(feed_names))
         self._check_persistable_shapes()
         self.journal = self._persistable_outputs()
+        self._guard_in_place_updates()
+
+    def _guard_in_place_updates(self):
+        """Check every in-place persistable update of a run before the first one writes.
+
+        Optimizer kernels update parameters and accumulators in place; undoing
+        them after a failure would need a copy of each on every run. Instead
+        each such op's ``check`` (what its kernel would refuse: missing inputs,
+        shape mismatches) runs for all of them just before the first one, so
+        a bad input fails the run while every persistable still holds its old
+        value. (A failure no check foresees, such as running out of memory,
+        can still leave earlier updates applied.)
+        """
+        ops = self.program.global_block().ops
+        checks, first = [], None
+        for i, op in enumerate(ops):
+            if not _updates_in_place(op, self.block.backend):
+                continue
+            gblock = self.program.global_block()
+            if not any(n in op.input_arg_names and gblock.vars.get(n) is not None and gblock.vars[n].persistable
+                       for n in op.output_arg_names):
+                continue
+            first = i if first is None else first
+            checks.append(self._op_check(i, op))
+        if first is None:
+            return
+
+        def check_all():
+            for check in checks:
+                check()
+        for steps in (self.block.steps, self.block.fused):
+            if steps is not None:
+                steps[first] = _before(steps[first], check_all)
+
+    def _op_check(self, i, op):
+        """A cheap check of one in-place update's inputs; the slow path explains a failure."""
+        opdef = get_op_def(op.type)
+        spec = opdef.check or {}
+        dispensable = {s.name for s in opdef.inputs if s.dispensable}
+        names = {s: ns[0] for s, ns in op.inputs.items() if ns}
+        required = tuple(self.block.tensor(n) for s, n in names.items() if s not in dispensable)
+        shaped = tuple(self.block.tensor(names[s]) for s in spec.get("same_shape", ()) if s in names)
+        ones = tuple(self.block.tensor(names[s]) for s in spec.get("one_value", ()) if s in names)
+        where = f"block 0 op {i} ({op.type})"
+
+        def explain():
+            for s, n in names.items():
+                if s not in dispensable and self.block.tensor(n)._array is None:
+                    raise PreconditionNotMet(f"{where}: input {n!r} holds no value; no optimizer update "
+                                             f"of this run was applied")
+            shapes = {s: list(self.block.tensor(names[s])._array.shape) for s in spec.get("same_shape", ())
+                      if s in names and self.block.tensor(names[s])._array is not None}
+            raise InvalidArgument(f"{where}: Param, Grad and accumulator shapes differ ({shapes}) or a "
+                                  f"{list(spec.get('one_value', ()))} input holds more than one value; no "
+                                  f"optimizer update of this run was applied")
+
+        def check():
+            for t in required:
+                if t._array is None:
+                    explain()
+            if shaped:
+                shape = shaped[0]._array.shape
+                for t in shaped:
+                    a = t._array
+                    if a is None or a.shape != shape:
+                        explain()
+            for t in ones:
+                if t._array.size != 1:
+                    explain()
+        return check
 
     def _persistable_outputs(self):
         """The tensors of persistables some op writes, as (out of place, in place).
@@ -104,8 +182,8 @@ class PreparedProgram:
         input and output (``sgd``'s Param/ParamOut, ``adam``'s moments) may
         update its array in place; undoing that would need a copy of every
         such array on every run (measured: +20% on the tiny MLP step), so
-        those are not restored: optimizer ops come last and the checks
-        before the run name bad inputs before any of them starts.
+        those are not restored: instead their checks all run before the
+        first of them writes (see ``_guard_in_place_updates``).
         """
         gblock = self.program.global_block()
         written, inplace = {}, set()

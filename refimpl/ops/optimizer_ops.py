@@ -58,6 +58,13 @@ def _same_shape(name, a, b):
         raise InvalidArgument(f"{name}: Param shape {list(a.shape)} != Grad shape {list(b.shape)}")
 
 
+# What every optimizer kernel requires of its inputs, checked by the executor for all the
+# in-place updates of a run before the first one writes (so none is half-applied):
+# these slots share one shape, and these hold one value.
+UPDATE_CHECK = {"same_shape": ("Param", "Grad", "Velocity", "Moment1", "Moment2", "Moment2Max", "MasterParam"),
+                "one_value": ("LearningRate", "Beta1Pow", "Beta2Pow")}
+
+
 def _param_infer(*pairs):
     """infer_shape: each output slot is shaped like an input slot."""
     def infer(ins, attrs):
@@ -67,7 +74,7 @@ def _param_infer(*pairs):
 
 # ---- sgd ------------------------------------------------------------------
 @register_op("sgd", ["Param", "LearningRate", "Grad", "MasterParam?"], ["ParamOut", "MasterParamOut?"],
-             {"multi_precision": False},
+             {"multi_precision": False}, check=UPDATE_CHECK,
              infer_shape=_param_infer(("ParamOut", "Param"), ("MasterParamOut", "MasterParam")))
 def sgd(Param, LearningRate, Grad, MasterParam, *, multi_precision):
     p = _target(Param, MasterParam, multi_precision)
@@ -83,6 +90,7 @@ def sgd(Param, LearningRate, Grad, MasterParam, *, multi_precision):
              ["ParamOut", "VelocityOut", "MasterParamOut?"],
              {"mu": _f32(0.9), "use_nesterov": False, "regularization_method": "",
               "regularization_coeff": 0.0, "multi_precision": False, "rescale_grad": 1.0},
+             check=UPDATE_CHECK,
              infer_shape=_param_infer(("ParamOut", "Param"), ("VelocityOut", "Velocity"),
                                       ("MasterParamOut", "MasterParam")))
 def momentum(Param, Grad, Velocity, LearningRate, MasterParam, *, mu, use_nesterov,
@@ -169,7 +177,7 @@ def _adam_kernel(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1P
     return tuple(outs)
 
 
-@register_op("adam", _ADAM_IN, _ADAM_OUT, _ADAM_ATTRS, infer_shape=_adam_infer)
+@register_op("adam", _ADAM_IN, _ADAM_OUT, _ADAM_ATTRS, infer_shape=_adam_infer, check=UPDATE_CHECK)
 def adam(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow, MasterParam,
          SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, *, beta1, beta2, epsilon,
          multi_precision, use_global_beta_pow, amsgrad):
@@ -179,7 +187,7 @@ def adam(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta
                         MasterParam, SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, attrs, None)
 
 
-@register_op("adamw", _ADAM_IN, _ADAM_OUT, _ADAMW_ATTRS, infer_shape=_adam_infer)
+@register_op("adamw", _ADAM_IN, _ADAM_OUT, _ADAMW_ATTRS, infer_shape=_adam_infer, check=UPDATE_CHECK)
 def adamw(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow, MasterParam,
           SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, *, beta1, beta2, epsilon, lr_ratio,
           coeff, with_decay, multi_precision, use_global_beta_pow, amsgrad):

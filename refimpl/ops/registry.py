@@ -48,7 +48,7 @@ class OpDef:
     """Everything refimpl knows about one op type."""
 
     def __init__(self, type, inputs, outputs, attrs, infer_shape=None, grad=None,
-                 no_need_buffer=(), inplace=None, prepare=None):
+                 no_need_buffer=(), inplace=None, prepare=None, check=None):
         self.type = type
         self.inputs = _parse_slots(inputs)
         self.outputs = _parse_slots(outputs)
@@ -58,6 +58,7 @@ class OpDef:
         self.no_need_buffer = tuple(no_need_buffer)
         self.inplace = dict(inplace or {})    # output slot -> input slot
         self.prepare = prepare                # executor hook for control-flow ops
+        self.check = check                    # {"same_shape": slots, "one_value": slots} for in-place updates
         self.kernels = {}                     # backend -> (fn, attr names it reads, wants need)
 
     def input_slot_names(self):
