@@ -118,7 +118,7 @@ class PreparedProgram:
         ops = self.program.global_block().ops
         checks, first = [], None
         for i, op in enumerate(ops):
-            if not _updates_in_place(op, self.block.backend):
+            if get_op_def(op.type).check is None:  # only optimizer updates declare what they require
                 continue
             gblock = self.program.global_block()
             if not any(n in op.input_arg_names and gblock.vars.get(n) is not None and gblock.vars[n].persistable
@@ -312,7 +312,8 @@ class Executor:
 
     def _prepared(self, program, scope, feed_names, fetch_names, use_cache):
         backend = self.place.backend
-        key = (id(program), id(scope), feed_names, fetch_names, _gc_threshold(), backend)
+        key = (id(program), id(scope), feed_names, fetch_names, _gc_threshold(), backend,
+               flags.flag("FLAGS_fast_eager_deletion_mode"))
         hit = self._cache.get(key)
         if hit is not None and hit[0] is program and hit[1] == program._version and hit[2] is scope:
             return hit[3]
