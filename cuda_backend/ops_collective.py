@@ -36,9 +36,21 @@ def _is_fused(a):
     return ref is not None and ref() is a
 
 
+def _nccl_ring(ring_id):
+    """True when this rank's communicator for ``ring_id`` moves device buffers itself (NCCL)."""
+    from refimpl.distributed.communication import context
+    comm = context.current().comms.get(ring_id)
+    return getattr(comm, "backend", None) == "nccl"
+
+
 def _staged(fn):
-    """A cuda kernel that runs NumPy kernel ``fn`` on a host copy of its input (same signature)."""
+    """A cuda kernel that runs NumPy kernel ``fn`` on a host copy of its input (same signature).
+
+    On a ring served by NCCL the device buffer goes to the communicator as it is.
+    """
     def kernel(X, **kw):
+        if _nccl_ring(kw.get("ring_id", 0)):
+            return fn(X, **kw)
         res = fn(to_host(X), **kw)
         out = to_device(res)
         if _is_fused(X) and tuple(out.shape) == tuple(X.shape) and out.dtype == X.dtype:
