@@ -151,6 +151,7 @@ class MPIWorld:
     def abort(self, message, code=1):
         sys.stderr.write(f"refimpl: {message}; aborting all ranks\n")
         sys.stderr.flush()
+        time.sleep(0.5)  # let mpiexec forward the message before MPI_Abort tears the job down
         self.world_comm.Abort(code)
 
     def _excepthook(self, exc_type, exc, tb):
