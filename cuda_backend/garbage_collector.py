@@ -47,29 +47,10 @@ class _DeviceGarbageCollector(GarbageCollector):
         self.released_bytes = 0   # device bytes released so far
         self.on_release = None    # callback(nbytes) when a batch of device memory is released
 
-    def free(self, tensors):
-        """Detach dead tensors exactly as the CPU collector does; hand their arrays to ``_retire``."""
-        mem, keep, on_free = self.memory, self.keep_meta, self.on_free
-        live = mem.live
-        arrays, nbytes = [], 0
-        for name, t in tensors:
-            a = t._array
-            if a is None:
-                continue
-            live -= a.nbytes
-            if name in keep:
-                t._clear()
-            else:
-                t._array = None
-            if on_free is not None:
-                on_free(name, a.nbytes)
-            arrays.append(a)
-            nbytes += a.nbytes
-        mem.live = live
-        if arrays:
-            self._retire(arrays, nbytes)
+    def _retire(self, arrays):
+        self._retire_batch(arrays, sum(a.nbytes for a in arrays))
 
-    def _retire(self, arrays, nbytes):
+    def _retire_batch(self, arrays, nbytes):
         raise NotImplementedError
 
     def _release(self, arrays, nbytes):
@@ -86,7 +67,7 @@ class _DeviceGarbageCollector(GarbageCollector):
 class UnsafeFastGarbageCollector(_DeviceGarbageCollector):
     """Releases device memory as soon as the plan says the tensor is dead (``FLAGS_fast_eager_deletion_mode``)."""
 
-    def _retire(self, arrays, nbytes):
+    def _retire_batch(self, arrays, nbytes):
         self._release(arrays, nbytes)
 
 
@@ -119,7 +100,7 @@ class StreamGarbageCollector(_DeviceGarbageCollector):
         self.new_event = new_event or _new_event
         self.held = deque()  # (event, arrays, nbytes), oldest first (stream order)
 
-    def _retire(self, arrays, nbytes):
+    def _retire_batch(self, arrays, nbytes):
         self._reap()
         event = self.new_event()
         event.record(self.stream)  # the batch is free once the work issued so far is done

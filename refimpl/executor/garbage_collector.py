@@ -59,8 +59,10 @@ class GarbageCollector:
             self.free(items)
 
     def free(self, tensors):
+        """Detach dead tensors (accounting, trace callback) and hand their arrays to ``_retire``."""
         mem, keep, on_free = self.memory, self.keep_meta, self.on_free
         live = mem.live
+        retired = []
         for name, t in tensors:
             a = t._array
             if a is None:
@@ -72,4 +74,11 @@ class GarbageCollector:
                 t._array = None
             if on_free is not None:
                 on_free(name, a.nbytes)
+            retired.append(a)
         mem.live = live
+        if retired:
+            self._retire(retired)
+
+    def _retire(self, arrays):
+        """Give the memory back. On the CPU dropping the last reference does it; device
+        collectors (``cuda_backend.garbage_collector``) decide when."""
