@@ -74,3 +74,29 @@ def diff_programs(got, want):
                          for k in sorted(keys) if g[key].get(k, "<absent>") != w[key].get(k, "<absent>")}
                     out.append(f"block {b} op {i} {g['type']} {key}: {d}")
     return out
+
+
+def load_fleet(section):
+    """One section of ``fleet.json`` (``role_makers``, ``strategy``, ``topology`` ...)."""
+    path = os.path.join(ORACLE, "fleet.json")
+    if not os.path.exists(path):
+        pytest.fail(f"no fleet oracle at {path}; the tests need ../shared/oracle (or $REFIMPL_ORACLE)",
+                    pytrace=False)
+    with open(path) as f:
+        return json.load(f)[section]
+
+
+def check_exception(exc, rec):
+    """``exc`` is an instance of the builtin Paddle raised; its message carries Paddle's (or its quoted names)."""
+    import builtins
+    import re
+    from refimpl.core.errors import EnforceNotMet
+    assert isinstance(exc, getattr(builtins, rec["type"])), f"{type(exc).__mro__} is not a {rec['type']}: {exc}"
+    want, got = rec["message"], str(exc)
+    names = [a or b for a, b in re.findall(r"'([^']*)'|\"([^\"]*)\"", want)]
+    if names:
+        assert all(n in got for n in names), f"{got!r} should name {names} (Paddle: {want!r})"
+    elif isinstance(exc, EnforceNotMet) and "__new__()" in want:
+        pass  # a Python signature message from inside Paddle; refimpl words it its own way
+    else:
+        assert want in got, f"{got!r} should contain Paddle's message {want!r}"

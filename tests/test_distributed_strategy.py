@@ -1,16 +1,12 @@
 """DistributedStrategy against Paddle 3.3.1 (``fleet.json`` ``strategy``): defaults, setters, schema, round trips."""
-import builtins
 import copy
-import json
 import logging
-import os
 import re
 
 import pytest
 
-from oracle import ORACLE
+from oracle import check_exception, load_fleet
 
-from refimpl.core.errors import EnforceNotMet
 from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.distributed.fleet.base import distributed_strategy as ds_mod
 from refimpl.distributed.fleet.base.strategy_message import fields_of, to_text
@@ -18,26 +14,8 @@ from refimpl.distributed.fleet.base.strategy_schema import ENUMS, MESSAGES
 from refimpl.static import BuildStrategy
 from refimpl.static.build_strategy import ReduceStrategy
 
-_PATH = os.path.join(ORACLE, "fleet.json")
-if not os.path.exists(_PATH):
-    pytest.fail(f"no fleet oracle at {_PATH}; the tests need ../shared/oracle (or $REFIMPL_ORACLE)",
-                pytrace=False)
-with open(_PATH) as _f:
-    DATA = json.load(_f)["strategy"]
+DATA = load_fleet("strategy")
 
-
-def check_exception(exc, rec):
-    """``exc`` is an instance of the builtin Paddle raised; its message carries Paddle's (or its quoted names)."""
-    assert isinstance(exc, getattr(builtins, rec["type"])), f"{type(exc).__mro__} is not a {rec['type']}: {exc}"
-    want, got = rec["message"], str(exc)
-    quoted = re.findall(r"'([^']*)'|\"([^\"]*)\"", want)
-    names = [a or b for a, b in quoted]
-    if names:
-        assert all(n in got for n in names), f"{got!r} should name {names} (Paddle: {want!r})"
-    elif isinstance(exc, EnforceNotMet) and "__new__()" in want:
-        pass  # a Python signature message from inside Paddle; refimpl words it its own way
-    else:
-        assert want in got, f"{got!r} should contain Paddle's message {want!r}"
 
 
 def py_value(v):

@@ -1,41 +1,24 @@
 """Role makers against Paddle 3.3.1 (``fleet.json`` ``role_makers``), plus the MPI-aware role maker."""
-import builtins
 import json
 import os
-import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from oracle import ORACLE
+from oracle import check_exception, load_fleet
 
 from refimpl.core.errors import EnforceNotMet, PreconditionNotMet
 from refimpl.distributed import run_in_process
 from refimpl.distributed.fleet import MPIRoleMaker, PaddleCloudRoleMaker, Role, UserDefinedRoleMaker
 from refimpl.distributed.fleet.base import role_maker as rm_mod
 
-_PATH = os.path.join(ORACLE, "fleet.json")
-if not os.path.exists(_PATH):
-    pytest.fail(f"no fleet oracle at {_PATH}; the tests need ../shared/oracle (or $REFIMPL_ORACLE)",
-                pytrace=False)
-with open(_PATH) as _f:
-    DATA = json.load(_f)["role_makers"]
+DATA = load_fleet("role_makers")
 CASES = DATA["cases"]
 KEPT_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH")
 CLASSES = {"PaddleCloudRoleMaker": PaddleCloudRoleMaker, "UserDefinedRoleMaker": UserDefinedRoleMaker}
 
-
-def check_exception(exc, rec):
-    """``exc`` is an instance of the builtin Paddle raised; its message carries Paddle's (or its quoted names)."""
-    assert isinstance(exc, getattr(builtins, rec["type"])), f"{type(exc).__mro__} is not a {rec['type']}: {exc}"
-    want, got = rec["message"], str(exc)
-    names = [a or b for a, b in re.findall(r"'([^']*)'|\"([^\"]*)\"", want)]
-    if names:
-        assert all(n in got for n in names), f"{got!r} should name {names} (Paddle: {want!r})"
-    else:
-        assert want in got, f"{got!r} should contain Paddle's message {want!r}"
 
 
 def paddle_only_bug(rec):

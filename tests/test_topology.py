@@ -1,41 +1,21 @@
 """CommunicateTopology and HybridCommunicateGroup against Paddle 3.3.1 (``fleet.json`` ``topology``)."""
-import builtins
 import json
 import os
-import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from oracle import ORACLE
+from oracle import check_exception, load_fleet
 
-from refimpl.core.errors import EnforceNotMet
 from refimpl.distributed import all_reduce, run_in_process
 from refimpl.distributed.fleet import CommunicateTopology, HybridCommunicateGroup, ParallelMode
 from refimpl.distributed.fleet.base.topology import get_hybrid_communicate_group
 
-_PATH = os.path.join(ORACLE, "fleet.json")
-if not os.path.exists(_PATH):
-    pytest.fail(f"no fleet oracle at {_PATH}; the tests need ../shared/oracle (or $REFIMPL_ORACLE)",
-                pytrace=False)
-with open(_PATH) as _f:
-    DATA = json.load(_f)["topology"]
+DATA = load_fleet("topology")
 CONFIGS = DATA["configs"]
 
-
-def check_exception(exc, rec):
-    """``exc`` is an instance of the builtin Paddle raised; its message carries Paddle's (or its quoted names)."""
-    assert isinstance(exc, getattr(builtins, rec["type"])), f"{type(exc).__mro__} is not a {rec['type']}: {exc}"
-    want, got = rec["message"], str(exc)
-    names = [a or b for a, b in re.findall(r"'([^']*)'|\"([^\"]*)\"", want)]
-    if names:
-        assert all(n in got for n in names), f"{got!r} should name {names} (Paddle: {want!r})"
-    elif isinstance(exc, EnforceNotMet) and "__new__()" in want:
-        pass  # a Python signature message from inside Paddle; refimpl words it its own way
-    else:
-        assert want in got, f"{got!r} should contain Paddle's message {want!r}"
 
 
 def make(ctor_args):
