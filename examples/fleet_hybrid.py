@@ -56,7 +56,11 @@ def main(argv=None):
     p.add_argument("--k-steps", type=int, default=2, help="gradient merge steps (1: off)")
     p.add_argument("--schedule", default="1F1B")
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--backend", choices=["numpy", "cuda"], default=None,
+                   help="kernels to run (default: REFIMPL_BACKEND, else numpy)")
     args = p.parse_args(argv)
+    if args.backend:
+        paddle.set_backend(args.backend)
     seed = 5
 
     strategy = fleet.DistributedStrategy()

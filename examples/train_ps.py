@@ -130,7 +130,11 @@ def main(argv=None):
     p.add_argument("--threshold", type=float, default=0.0)
     p.add_argument("--check", action="store_true")
     p.add_argument("--save", default=None)
+    p.add_argument("--backend", choices=["numpy", "cuda"], default=None,
+                   help="kernels the workers run (default: REFIMPL_BACKEND, else numpy)")
     args = p.parse_args(argv)
+    if args.backend:
+        paddle.set_backend(args.backend)
     ps.plan.MIN_BLOCK_SIZE = args.min_block_size
 
     strategy = strategy_for(args)
