@@ -150,20 +150,19 @@ def _read_npz(path, what):
 
 
 def load_program_file(path):
-    """(main, startup or None, {name: initial value}, default feed, default fetch names)."""
+    """(main, startup or None, {name: initial value}, default feeds (one per step), default fetch names)."""
     from .core.errors import InvalidArgument
     from .framework import Program
     doc = _read_json(path, "program")
     if not isinstance(doc, dict):
         raise InvalidArgument(f"program {path!r}: expected a JSON object")
     if "main" not in doc:
-        return Program.from_dict(doc), None, {}, {}, []
+        return Program.from_dict(doc), None, {}, [{}], []
     startup = Program.from_dict(doc["startup"]) if doc.get("startup") else None
     initial = {k: _decode(v) for k, v in doc.get("initial_persistables", {}).items()}
-    feeds = doc.get("feeds") or [{}]
-    feed = {k: _decode(v) for k, v in feeds[0].items()}
+    feeds = [{k: _decode(v) for k, v in f.items()} for f in (doc.get("feeds") or [{}])]
     fetch = [doc["loss_name"]] if doc.get("loss_name") else []
-    return Program.from_dict(doc["main"]), startup, initial, feed, fetch
+    return Program.from_dict(doc["main"]), startup, initial, feeds, fetch
 
 
 def _fetch_names(args, default):
@@ -173,19 +172,23 @@ def _fetch_names(args, default):
 
 
 def _prepare(args):
-    """Load the program and its inputs, initialise a scope; (exe, scope, main, feed, fetch)."""
+    """Load the program and its inputs, initialise a scope; (exe, scope, main, feed of step i, fetch).
+
+    A recorded file's feeds are used in turn, one per step (so ``--steps``
+    replays the recording); ``--feed`` gives one feed for every step.
+    """
     import refimpl as paddle
     from .core.errors import InvalidArgument
     if args.steps < 1:
         raise InvalidArgument(f"--steps must be >= 1, got {args.steps}")
     paddle.set_flags({"FLAGS_eager_delete_tensor_gb": args.gc_gb})
-    main, startup, initial, feed, fetch = load_program_file(args.program)
+    main, startup, initial, feeds, fetch = load_program_file(args.program)
     if args.startup:
         startup = paddle.static.Program.from_dict(_read_json(args.startup, "startup program"))
     if args.params:
         initial.update(_read_npz(args.params, "params"))
     if args.feed:
-        feed = _read_npz(args.feed, "feed")
+        feeds = [_read_npz(args.feed, "feed")]
     exe = paddle.static.Executor(paddle.CPUPlace())
     scope = paddle.static.Scope()
     if startup is not None:
@@ -193,7 +196,7 @@ def _prepare(args):
         exe.run(startup, scope=scope)
     for name, value in initial.items():
         scope.var(name).get_tensor().set(value)
-    return exe, scope, main, feed, _fetch_names(args, fetch)
+    return exe, scope, main, (lambda i: feeds[(i - 1) % len(feeds)]), _fetch_names(args, fetch)
 
 
 def _train(exe, main, feed_fn, fetch, scope, steps, trace, err):
@@ -236,8 +239,8 @@ def _cmd_run(args, out=None):
 
 
 def _run(args, out):
-    exe, scope, main, feed, fetch = _prepare(args)
-    values = _train(exe, main, lambda i: feed, fetch, scope, args.steps, None, sys.stderr)
+    exe, scope, main, feed_of, fetch = _prepare(args)
+    values = _train(exe, main, feed_of, fetch, scope, args.steps, None, sys.stderr)
     _print_values(fetch, values, out)
     return 0
 
@@ -271,8 +274,8 @@ def _trace(args, out):
     from .executor import Trace
     trace = Trace()
     if args.program:
-        exe, scope, main, feed, fetch = _prepare(args)
-        values = _train(exe, main, lambda i: feed, fetch, scope, args.steps, trace, sys.stderr)
+        exe, scope, main, feed_of, fetch = _prepare(args)
+        values = _train(exe, main, feed_of, fetch, scope, args.steps, trace, sys.stderr)
     else:
         exe, values, fetch = _demo_run(args, trace)
     _print_values(fetch, values, out)

@@ -147,3 +147,12 @@ def test_console_entry_point_runs_version():
     out = subprocess.run([sys.executable, "-m", "refimpl.cli", "version"], capture_output=True,
                          text=True, check=True, cwd=ROOT, timeout=120).stdout
     assert out.startswith("refimpl ")
+
+
+def test_run_replays_a_recorded_oracle_file(capsys):
+    path = os.path.join(ORACLE, "programs", "00_mlp_sgd.json")
+    rec = load(path)
+    steps = len(rec["feeds"])
+    assert main(["run", path, "--steps", str(steps)]) == 0
+    printed = float(capsys.readouterr().out.strip().splitlines()[-1])
+    np.testing.assert_allclose(printed, rec["fetched_loss"][-1]["data"][0], rtol=1e-5)
