@@ -15,8 +15,7 @@ import weakref
 
 import numpy as np
 
-from refimpl.core.dtypes import to_numpy_dtype
-from refimpl.core.errors import InvalidArgument, PreconditionNotMet
+from refimpl.core.errors import PreconditionNotMet
 from refimpl.ops import collective_ops as cpu
 from refimpl.ops.registry import has_op, register_kernel
 
@@ -100,23 +99,9 @@ def _copy(src, dst):
 def coalesce_tensor(Input, *, dtype, copy_data, set_constant, constant, use_align, align_size,
                     user_defined_size_of_dtype, concated_shapes, concated_ranks):
     """One device buffer for ``Input``; ``Output[i]`` are views into it (the CPU kernel's layout)."""
-    if dtype is None:
-        raise InvalidArgument("coalesce_tensor: attr dtype is required")
-    np_dtype = to_numpy_dtype(dtype)
-    if concated_shapes and concated_ranks:
-        shapes = cpu._split_shapes(list(concated_shapes), list(concated_ranks))
-    else:
-        missing = [i for i, a in enumerate(Input) if a is None]
-        if missing:
-            raise PreconditionNotMet(f"coalesce_tensor: Input[{missing[0]}] holds no value and no "
-                                     f"concated_shapes are given")
-        shapes = [tuple(a.shape) for a in Input]
-    for i, a in enumerate(Input):
-        if a is not None and a.dtype != np_dtype:
-            raise InvalidArgument(f"coalesce_tensor: Input[{i}] has dtype {a.dtype} but attr dtype is {np_dtype}")
-    attrs = {"dtype": dtype, "user_defined_size_of_dtype": user_defined_size_of_dtype,
-             "use_align": use_align, "align_size": align_size}
-    offsets, total = cpu._coalesce_layout(shapes, attrs)
+    np_dtype, shapes, offsets, total = cpu.coalesce_plan(Input, dtype, use_align, align_size,
+                                                         user_defined_size_of_dtype, concated_shapes,
+                                                         concated_ranks)
     fused = full((total,), constant if set_constant else 0, np_dtype)
     _add_fused(fused)
     outs = []

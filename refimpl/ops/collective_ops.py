@@ -299,11 +299,12 @@ def _coalesce_infer(ins, attrs):
     return outs
 
 
-@register_op("coalesce_tensor", ["Input*"], ["Output*", "FusedOutput"], _COALESCE_ATTRS,
-             infer_shape=_coalesce_infer)
-def coalesce_tensor(Input, *, dtype, copy_data, set_constant, constant, use_align, align_size,
-                    user_defined_size_of_dtype, concated_shapes, concated_ranks):
-    """One contiguous buffer for ``Input``; ``Output[i]`` are views into it."""
+def coalesce_plan(Input, dtype, use_align, align_size, user_defined_size_of_dtype, concated_shapes,
+                  concated_ranks):
+    """Check ``coalesce_tensor``'s inputs and lay them out: (numpy dtype, shapes, offsets, total size).
+
+    Shared by every backend's kernel, so the fused layout is the same everywhere.
+    """
     if dtype is None:
         raise InvalidArgument("coalesce_tensor: attr dtype is required")
     np_dtype = to_numpy_dtype(dtype)
@@ -314,13 +315,23 @@ def coalesce_tensor(Input, *, dtype, copy_data, set_constant, constant, use_alig
         if missing:
             raise PreconditionNotMet(f"coalesce_tensor: Input[{missing[0]}] holds no value and no "
                                      f"concated_shapes are given")
-        shapes = [a.shape for a in Input]
+        shapes = [tuple(a.shape) for a in Input]
     for i, a in enumerate(Input):
         if a is not None and a.dtype != np_dtype:
             raise InvalidArgument(f"coalesce_tensor: Input[{i}] has dtype {a.dtype} but attr dtype is {np_dtype}")
     attrs = {"dtype": dtype, "user_defined_size_of_dtype": user_defined_size_of_dtype,
              "use_align": use_align, "align_size": align_size}
     offsets, total = _coalesce_layout(shapes, attrs)
+    return np_dtype, shapes, offsets, total
+
+
+@register_op("coalesce_tensor", ["Input*"], ["Output*", "FusedOutput"], _COALESCE_ATTRS,
+             infer_shape=_coalesce_infer)
+def coalesce_tensor(Input, *, dtype, copy_data, set_constant, constant, use_align, align_size,
+                    user_defined_size_of_dtype, concated_shapes, concated_ranks):
+    """One contiguous buffer for ``Input``; ``Output[i]`` are views into it."""
+    np_dtype, shapes, offsets, total = coalesce_plan(Input, dtype, use_align, align_size,
+                                                     user_defined_size_of_dtype, concated_shapes, concated_ranks)
     fused = np.zeros(total, np_dtype)
     _register_fused(fused)
     if set_constant:
