@@ -33,7 +33,7 @@ def main():
     args = p.parse_args()
     steps = 2 if args.quick else 6
     ranks, m, width, din, batch, layers = 4, 8, 512, 512, 256, 8
-    main_prog, startup, loss = build(layers, width, din)
+    main_prog, startup, loss = build(layers, width, din, dtype="float32")
     rng = np.random.default_rng(0)
     feed = {"x": rng.standard_normal((batch, din)).astype("float32")}
 

@@ -105,6 +105,7 @@ def grid(n):
 
 
 _SIM_LOCK = threading.Lock()
+LAUNCH_HOOKS = []  # callables (kernel, args) seen before every launch (compile_check records with one)
 
 
 def launch(kernel, n, *args):
@@ -120,11 +121,19 @@ def launch_config(kernel, blocks, threads, *args):
     The simulator swaps the kernel's ``cuda`` module for its fake one while a
     launch runs, which two in-process ranks (threads) must not do at once.
     """
+    for hook in LAUNCH_HOOKS:
+        hook(kernel, args)
     if simulated():
         with _SIM_LOCK:
             kernel[blocks, threads](*args)
     else:
         kernel[blocks, threads](*args)
+
+
+def tag(kernel, *recipe):
+    """Mark a kernel made by a factory with how to make it again (see ``compile_check.resolve``)."""
+    kernel.refimpl_recipe = recipe
+    return kernel
 
 
 # ---- arrays ----------------------------------------------------------------------------
@@ -157,8 +166,8 @@ def dev(a):
 
 
 def flat(a):
-    """A contiguous device array as 1-D (a view; 0-d arrays become shape (1,))."""
-    return a.reshape(max(a.size, 1)) if a.ndim != 1 else a
+    """A contiguous device array as 1-D (a view; 0-d arrays become shape (1,), 0-size ones (0,))."""
+    return a.reshape(a.size if a.ndim else 1) if a.ndim != 1 else a
 
 
 def scalar_of(a, dtype=None):

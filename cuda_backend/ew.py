@@ -10,14 +10,18 @@ simulator and in NumPy alike.
 Sums follow NumPy's order so results match the CPU kernels bit for bit where
 NumPy's order is known: a reduction over trailing contiguous elements is
 NumPy's pairwise sum (blocks of 8 partial sums up to 128 elements, halving
-above), any other reduction adds in row-major order. Differences from
+above), a reduction over leading axes adds in row-major order. When both
+the last axis and an outer one are reduced (e.g. axes (0, 2)), NumPy's
+buffered iterator picks an order not reproduced here: those sums (the
+Y@GRAD of an elementwise op whose Y sits in the middle of X) may differ
+from the CPU kernels in the last bit. Differences from
 Paddle: Paddle's GPU reductions use a tree over threads; here each output
 element is summed by one thread in that fixed order (deterministic, not
 fast).
 """
 import numpy as np
 
-from .device import MAXD, bcast_strides, contiguous_strides, cuda, dev, empty, flat, launch, padded
+from .device import MAXD, bcast_strides, contiguous_strides, cuda, dev, empty, flat, launch, padded, tag
 
 PW_BLOCK = 128  # NumPy's PW_BLOCKSIZE
 _STACK = 48     # depth of the pairwise-sum stack (enough for 2^48 elements)
@@ -102,7 +106,9 @@ class Functor:
         if k is None:
             f = cuda.jit(device=True)(self.make(dtype.type))
             same, bc = _MAKERS[self.arity]
-            k = self.cache[dtype] = (same(f), bc(f) if bc else None)
+            name = (self.make.__module__, self.make.__qualname__, dtype.str)
+            k = self.cache[dtype] = (tag(same(f), "functor", *name, 0),
+                                     tag(bc(f), "functor", *name, 1) if bc else None)
         return k
 
 

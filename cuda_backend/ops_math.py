@@ -37,7 +37,15 @@ def f_mul(DT):
 
 @ew.functor(2)
 def f_div(DT):
-    return lambda x, y, a, b: x / y
+    if not np.issubdtype(DT, np.integer):
+        return lambda x, y, a, b: x / y
+
+    def int_div(x, y, a, b):  # C++'s integer division: truncate toward zero
+        q = x // y
+        if q * y != x and (x < 0) != (y < 0):
+            q += 1
+        return q
+    return int_div
 
 
 @ew.functor(2)
@@ -50,7 +58,7 @@ def f_max(DT):
     def mx(x, y, a, b):
         if x != x:
             return x
-        return x if x >= y else y
+        return x if x > y else y  # NumPy's (and Paddle's) choice on ties: y (max(-0.0, 0.0) is 0.0)
     return mx
 
 
@@ -59,7 +67,7 @@ def f_min(DT):
     def mn(x, y, a, b):
         if x != x:
             return x
-        return x if x <= y else y
+        return x if x < y else y
     return mn
 
 
@@ -304,7 +312,7 @@ def _reduce_grad_value(X, dOut, dim, reduce_all, mean):
         n = 1
         for a in axes:
             n *= shape[a]
-        g = ew.run1(f_scale_only, g, g.dtype.type(1.0 / n))
+        g = ew.run1(f_scale_only, g, g.dtype.type(1.0 / n if n else 0.0))  # n == 0: X is empty
     return g
 
 

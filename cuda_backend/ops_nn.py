@@ -1,9 +1,11 @@
 """CUDA kernels for layer_norm, dropout, softmax_with_cross_entropy (and grads).
 
 Mirrors Paddle's GPU ``LayerNormKernel``, ``DropoutKernel`` and
-``CrossEntropyWithSoftmaxKernel``. layer_norm and its grad are built from the
-shared elementwise and NumPy-ordered sum kernels in the NumPy kernel's exact
-order of roundings (Paddle fuses them into one kernel with Welford sums).
+``CrossEntropyWithSoftmaxKernel``. layer_norm and its grad are built from
+the shared elementwise kernels and a row-sum kernel, in the NumPy kernel's
+order of roundings — which is Paddle's CPU kernel's (8-lane AVX sums for
+float32 rows of 8 or more, sums in order otherwise); Paddle's GPU kernel
+fuses them into one kernel with Welford sums.
 dropout draws its keep mask on the host from the same generator as the CPU
 kernel and copies it over, so both backends drop the same elements.
 Cross-entropy runs one thread per row. Difference: a hard label out of
@@ -19,14 +21,15 @@ from . import ew
 from .device import cuda, dev, empty, flat, launch, scalar_of, to_device
 from .fmath import log64, sqrt64
 from .ops_activation import row_layout, softmax_values
+from .ops_creation import full
 from .ops_math import f_add, f_div, f_mul, f_sub
 
 TOLERABLE = 1e20
 
 
 @ew.functor(1)
-def f_rstd(DT):
-    return lambda v, a, b: a / DT(sqrt64(v + b))
+def f_std(DT):
+    return lambda v, a, b: DT(sqrt64(v + b))
 
 
 @ew.functor(2)
@@ -52,10 +55,44 @@ def _rows(a, begin):
     return a.reshape((left, a.size // left if left else 0))
 
 
-def _mean_rows(x2, dtype):
-    """x2.mean(axis=1) as NumPy: pairwise row sums divided by n (in x's dtype)."""
-    s = ew.sum_axes(x2, (1,))
-    return ew.run_n(f_div, [s, to_device(np.asarray(x2.shape[1], dtype=dtype).reshape(()))], shape=s.shape)
+@cuda.jit
+def _row_sums_kernel(x, out, n, lanes, zero):
+    """out[r] = the sum of row r of a (rows, n) array: in order, or as Paddle's 8-lane AVX loop."""
+    for r in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        base = r * n
+        if not lanes:
+            acc = zero
+            for j in range(n):
+                acc += x[base + j]
+            out[r] = acc
+            continue
+        acc = cuda.local.array(8, np.float32)  # lanes are used for float32 rows only
+        for k in range(8):
+            acc[k] = zero
+        rest = n % 8
+        for j in range(0, n - rest, 8):
+            for k in range(8):
+                acc[k] += x[base + j + k]
+        if rest:  # the last 8 elements, with the ones already added masked to 0
+            for k in range(8):
+                acc[k] += x[base + n - 8 + k] if k >= 8 - rest else zero
+        out[r] = (acc[4] + acc[0] + (acc[5] + acc[1])) + (acc[6] + acc[2] + (acc[7] + acc[3]))
+
+
+def _row_sums(x2, lanes=False):
+    rows, n = x2.shape
+    out = empty((rows,), x2.dtype)
+    launch(_row_sums_kernel, rows, flat(x2), out, n, bool(lanes), x2.dtype.type(0))
+    return out
+
+
+def _row_means(x2):
+    """Row means as Paddle's CPU layer_norm: float32 rows of 8 or more take the AVX kernel
+    (8-lane sums times 1/n), others sum in order and divide by n (the NumPy kernel's order)."""
+    dt, n = x2.dtype, x2.shape[1]
+    if dt == np.float32 and n >= 8:
+        return ew.run1(f_times, _row_sums(x2, lanes=True), np.float32(1) / np.float32(n))
+    return ew.run1(f_over, _row_sums(x2), dt.type(n))
 
 
 def _col(v):
@@ -66,11 +103,10 @@ def _col(v):
 def layer_norm(X, Scale, Bias, *, epsilon, begin_norm_axis):
     x = _rows(X, begin_norm_axis)
     dt = x.dtype
-    mean = _mean_rows(x, dt)
-    y = ew.run_n(f_sub, [x, _col(mean)])
-    var = _mean_rows(ew.run_n(f_mul, [y, y]), dt)
-    rstd = ew.run1(f_rstd, var, 1, dt.type(epsilon))
-    y = ew.run_n(f_mul, [y, _col(rstd)])
+    mean = _row_means(x)
+    d = ew.run_n(f_sub, [x, _col(mean)])
+    var = _row_means(ew.run_n(f_mul, [d, d]))
+    y = ew.run_n(f_div, [d, _col(ew.run1(f_std, var, 0, dt.type(epsilon)))])
     if Scale is not None:
         y = ew.run_n(f_mul, [y, dev(Scale).reshape((1, x.shape[1]))])
     if Bias is not None:
@@ -82,20 +118,22 @@ def layer_norm(X, Scale, Bias, *, epsilon, begin_norm_axis):
 def layer_norm_grad(X, Scale, Bias, Mean, Variance, dY, *, epsilon, begin_norm_axis, need):
     x, dy = _rows(X, begin_norm_axis), _rows(dY, begin_norm_axis)
     dt = x.dtype
-    rows = x.shape[0]
-    rstd = ew.run1(f_rstd, dev(Variance).reshape((rows,)), 1, dt.type(epsilon))
-    xhat = ew.run_n(f_mul, [ew.run_n(f_sub, [x, dev(Mean).reshape((rows, 1))]), _col(rstd)])
+    rows, n = x.shape
+    std = _col(ew.run1(f_std, dev(Variance).reshape((rows,)), 0, dt.type(epsilon)))
+    xhat = ew.run_n(f_div, [ew.run_n(f_sub, [x, dev(Mean).reshape((rows, 1))]), std])
     dx = dscale = dbias = None
-    if need[1] and Scale is not None:
+    if need[1] and Scale is not None:  # column sums, row after row
         dscale = ew.sum_axes(ew.run_n(f_mul, [dy, xhat]), (0,)).reshape(tuple(Scale.shape))
     if need[2] and Bias is not None:
         dbias = ew.sum_axes(dy, (0,)).reshape(tuple(Bias.shape))
     if need[0]:
-        g = ew.run_n(f_mul, [dy, dev(Scale).reshape((1, x.shape[1]))]) if Scale is not None else dy
-        t = ew.run_n(f_sub, [g, _col(_mean_rows(g, dt))])
-        m2 = _mean_rows(ew.run_n(f_mul, [g, xhat]), dt)
+        # as the NumPy kernel (Paddle's CPU kernel): Scale enters dx only when Scale@GRAD is computed
+        use_scale = Scale is not None and need[1]
+        g = ew.run_n(f_mul, [dy, dev(Scale).reshape((1, n))]) if use_scale else dy
+        t = ew.run_n(f_sub, [g, _col(ew.run1(f_over, _row_sums(g), dt.type(n)))])
+        m2 = ew.run1(f_over, _row_sums(ew.run_n(f_mul, [g, xhat])), dt.type(n))
         t = ew.run_n(f_sub, [t, ew.run_n(f_mul, [xhat, _col(m2)])])
-        dx = ew.run_n(f_mul, [t, _col(rstd)]).reshape(tuple(X.shape))
+        dx = ew.run_n(f_div, [t, std]).reshape(tuple(X.shape))
     return dx, dscale, dbias
 
 
@@ -120,7 +158,7 @@ def dropout(X, Seed, *, dropout_prob, is_test, dropout_implementation):
     out = ew.run_n(f_mul_u8, [X, mask])
     if upscale:
         keep_p = _keep_scale(dropout_prob, X.dtype)
-        out = ew.run1(f_over, out, keep_p) if keep_p > 0 else ew.run1(f_times, X, 0)
+        out = ew.run1(f_over, out, keep_p) if keep_p > 0 else full(X.shape, 0, X.dtype)  # +0, not x * 0
     return out, mask
 
 
@@ -132,7 +170,7 @@ def dropout_grad(Mask, dOut, *, dropout_prob, is_test, dropout_implementation):
         return ew.run1(f_times, dOut, 1 if upscale else keep_p)
     dx = ew.run_n(f_mul_u8, [dOut, Mask])
     if upscale:
-        dx = ew.run1(f_over, dx, keep_p) if keep_p > 0 else ew.run1(f_times, dOut, 0)
+        dx = ew.run1(f_over, dx, keep_p) if keep_p > 0 else full(dOut.shape, 0, dOut.dtype)
     return dx
 
 

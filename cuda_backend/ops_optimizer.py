@@ -10,10 +10,12 @@ the host, as Paddle's CPU path does.
 """
 import functools
 
+import numpy as np
+
 from refimpl.ops.optimizer_ops import _same_shape
 from refimpl.ops.registry import register_kernel
 
-from .device import cuda, dev, flat, launch, launch_config, scalar_of
+from .device import cuda, dev, flat, launch, launch_config, scalar_of, tag
 from .fmath import sqrt64
 from .ops_manipulation import cast_to
 
@@ -83,39 +85,57 @@ def momentum(Param, Grad, Velocity, LearningRate, MasterParam, *, mu, use_nester
 
 
 # ---- adam / adamw -----------------------------------------------------------------------------------
+@cuda.jit(device=True)
+def fused64(a, b, c):
+    """a * b + c rounded once to float64 (exact for float32 inputs up to that one rounding)."""
+    return np.float64(a) * np.float64(b) + np.float64(c)
+
+
 @functools.lru_cache(maxsize=None)
 def _adam_kernel(DT):
+    """The NumPy kernel's order: float32 with Paddle's AVX fused multiply-adds, other dtypes step by step."""
     one = DT(1)
+    fused = DT is np.float32
 
     @cuda.jit
     def adam(p, g, lr, m1, m2, m2max, amsgrad, b1pow, b2pow, b1, b2, eps, ratio, coeff):
         b1p, b2p = DT(b1pow[0]), DT(b2pow[0])
         lr0 = DT(lr[0])
-        lr_t = lr0 * DT(sqrt64(one - b2p)) / (one - b1p)
-        eps_t = eps * DT(sqrt64(one - b2p))
+        root = DT(sqrt64(one - b2p))
+        lr_t = lr0 * (root / (one - b1p)) if fused else lr0 * root / (one - b1p)
+        eps_t = eps * root
+        rate = lr0 * ratio * coeff
         c1, c2 = one - b1, one - b2
         for i in range(cuda.grid(1), p.size, cuda.gridsize(1)):
             pi = p[i]
-            if coeff != 0:  # adamw: decoupled weight decay first
-                pi = pi - pi * (lr0 * ratio * coeff)
             gi = g[i]
-            a = m1[i] * b1
-            a = a + gi * c1
+            if fused:
+                if coeff != 0:  # adamw: decoupled weight decay first
+                    pi = DT(fused64(pi, -rate, pi))
+                a = DT(fused64(b1, m1[i], gi * c1))
+                s = gi * gi
+                q = DT(fused64(b2, m2[i], s * c2))
+            else:
+                if coeff != 0:
+                    pi = pi - pi * rate
+                a = m1[i] * b1
+                a = a + gi * c1
+                s = gi * c2
+                s = s * gi
+                q = m2[i] * b2
+                q = q + s
             m1[i] = a
-            s = gi * c2
-            s = s * gi
-            q = m2[i] * b2
-            q = q + s
             m2[i] = q
             if amsgrad:
                 if m2max[i] > q:
                     q = m2max[i]
                 m2max[i] = q
-            den = DT(sqrt64(q)) + eps_t
-            step = a / den
-            step = step * lr_t
-            p[i] = pi - step
-    return adam
+            step = a / (DT(sqrt64(q)) + eps_t)
+            if fused:
+                p[i] = DT(fused64(step, -lr_t, pi))
+            else:
+                p[i] = pi - step * lr_t
+    return tag(adam, "factory", __name__, "_adam_kernel", np.dtype(DT).str)
 
 
 @cuda.jit

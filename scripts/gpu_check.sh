@@ -12,7 +12,13 @@ step() { echo; echo "== $*"; }
 
 step "install"
 nvidia-smi -L || { echo "no NVIDIA GPU visible (nvidia-smi failed)"; exit 1; }
-python3 -m pip install -q -e ".[test,cuda]" nvidia-nccl-cu12 nvidia-cuda-nvcc-cu12 || exit 1
+python3 -m pip install -q -e ".[test,cuda]" nvidia-nccl-cu12 || exit 1
+# the test extra brings the CUDA 13 compiler libraries; a driver older than CUDA 13 needs the 12 ones
+driver_cuda="$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9]*\)\..*/\1/p' | head -1)"
+echo "driver supports CUDA ${driver_cuda:-?}"
+if [ -n "$driver_cuda" ] && [ "$driver_cuda" -lt 13 ]; then
+    python3 -m pip install -q "numba-cuda[cu12]" || exit 1
+fi
 export NUMBA_ENABLE_CUDASIM=0 REFIMPL_CONFORMANCE=1
 python3 - <<'PY' || exit 1
 from numba import cuda

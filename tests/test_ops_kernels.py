@@ -389,3 +389,32 @@ def test_multi_precision_master_param():
     np.testing.assert_allclose(master, PADDLE_SGD_PARAM, rtol=1e-6)
     np.testing.assert_array_equal(param, master.astype(np.float16))
 
+
+
+# ---- shapes the earlier kernels got wrong ---------------------------------------------------------
+def _kernel(op_type):
+    return get_op_def(op_type).kernel("numpy")[0]
+
+
+def test_add_and_sub_grads_read_only_the_shape_of_a_freed_lower_rank_y():
+    d = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    meta_x, meta_y = TensorMeta((2, 3, 4), np.float32), TensorMeta((3,), np.float32)
+    for op, sign in (("elementwise_add_grad", 1), ("elementwise_sub_grad", -1)):
+        dx, dy = _kernel(op)(meta_x, meta_y, d, axis=1, need=(True, True))
+        np.testing.assert_array_equal(dx, d)
+        np.testing.assert_array_equal(dy, sign * d.sum(axis=(0, 2)))
+
+
+def test_integer_division_truncates_toward_zero_as_paddle():
+    out = _kernel("elementwise_div")(np.array([7, -7, 5, -9]), np.array([2, 2, -3, -3]), axis=-1)
+    assert out.dtype == np.int64 and out.tolist() == [3, -3, -1, 3]  # Paddle 3.3.1: [3, -3, -1, 3]
+
+
+def test_vector_dot_product_grad_and_empty_mean_grad():
+    x, y = np.array([1, 2, 3], np.float32), np.array([4, 5, 6], np.float32)
+    dx, dy = _kernel("matmul_v2_grad")(x, y, np.float32(2), trans_x=False, trans_y=False, need=(True, True))
+    np.testing.assert_array_equal(dx, 2 * y)
+    np.testing.assert_array_equal(dy, 2 * x)
+    g = _kernel("reduce_mean_grad")(np.zeros((0, 3), np.float32), np.zeros(3, np.float32),
+                                    dim=[0], keep_dim=False, reduce_all=False)
+    assert g.shape == (0, 3)

@@ -17,6 +17,7 @@ from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 from refimpl.core.scope import global_scope
 
 from .backend import to_device, to_host
+from .executor import check_feed
 from .garbage_collector import Memory
 from .gc_plan import no_need_buffer_inputs
 from .prepared import PreparedBlock
@@ -75,7 +76,7 @@ class PlanExecutor:
         n = plan.micro_batch_num()
         scopes = self._scopes(plan, scope, n)
         fetch_names = [f if isinstance(f, str) else f.name for f in (fetch_list or [])]
-        for m, micro in enumerate(split_feed(feed, n)):
+        for m, micro in enumerate(split_feed(_checked_feed(plan, feed), n)):
             for name, arr in micro.items():
                 scopes[m].var(name).get_tensor()._array = to_device(arr, self.place.backend)
         blocks = [self._prepared(plan, job, scopes, scope, fetch_names) for job in plan.job_list()]
@@ -104,6 +105,21 @@ class PlanExecutor:
 
     def memory_stats(self):
         return {"live_bytes": self.memory.live, "peak_bytes": self.memory.peak}
+
+
+def _checked_feed(plan, feed):
+    """``feed`` checked as ``Executor.run`` checks it, against each job program that declares a fed var
+    (a rank that does not read a feed, e.g. a later pipeline stage, takes it unchecked)."""
+    if not feed:
+        return feed
+    if not isinstance(feed, dict):
+        raise InvalidArgument(f"feed must be a dict {{name: array}}, got {type(feed).__name__}")
+    out = {k if isinstance(k, str) else k.name: v for k, v in feed.items()}
+    for t in plan.job_types():
+        program = plan.program(t)
+        declared = program.global_block().vars
+        out.update(check_feed(program, {k: v for k, v in out.items() if k in declared}))
+    return out
 
 
 def _live_bytes(scope, scopes):

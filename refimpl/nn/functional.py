@@ -26,10 +26,10 @@ def softmax(x, axis=-1, dtype=None, name=None):
 
 def dropout(x, p=0.5, axis=None, training=True, mode="upscale_in_train", name=None):
     _var(x, "dropout")
+    if p == 0:  # Paddle returns x itself for p == 0, in training and in inference alike
+        return x
     if not 0 <= p <= 1:
         raise InvalidArgument(f"dropout: p must be in [0, 1], got {p}")
-    if p == 0 and training:
-        return x
     impl = {"upscale_in_train": "upscale_in_train", "downscale_in_infer": "downgrade_in_infer"}.get(mode)
     if impl is None:
         raise InvalidArgument(f"dropout: mode must be 'upscale_in_train' or 'downscale_in_infer', got {mode!r}")

@@ -72,7 +72,7 @@ def _matmul_infer(ins, attrs):
 
 
 def _t(a, flag):
-    return a.swapaxes(-1, -2) if flag else a
+    return a.swapaxes(-1, -2) if flag and a.ndim > 1 else a  # a vector has no transpose (Paddle ignores it)
 
 
 @register_op("matmul_v2", ["X", "Y"], ["Out"], {"trans_x": False, "trans_y": False},
@@ -87,11 +87,13 @@ def matmul_v2(X, Y, *, trans_x, trans_y):
 @register_op("matmul_v2_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"],
              {"trans_x": False, "trans_y": False}, infer_shape=grads_like(**{"X@GRAD": "X", "Y@GRAD": "Y"}))
 def matmul_v2_grad(X, Y, dOut, *, trans_x, trans_y, need):
+    """A 1-D X (Y) is a row (column) whose dim is missing from Out; put it back, then drop it from the grad."""
     x, y, d = X, Y, dOut
-    if x.ndim == 1:
-        x, d = x[None, :], np.expand_dims(d, -2)
+    trans_x, trans_y = trans_x and X.ndim > 1, trans_y and Y.ndim > 1
     if y.ndim == 1:
-        y, d = y[:, None], np.expand_dims(d, -1)
+        y, d = y[:, None], d[..., None]
+    if x.ndim == 1:
+        x, d = x[None, :], d[..., None, :]
     dx = dy = None
     if need[0]:
         dx = np.matmul(d, _t(y, not trans_y)) if not trans_x else np.matmul(_t(y, trans_y), _t(d, True))
@@ -108,10 +110,15 @@ def _ew_infer(ins, attrs):
     return {"Out": (broadcast_shape(xs, align_y(ys, len(xs), attrs["axis"])), dt)}
 
 
+def _y_shape(X, Y, axis):
+    """Y's shape aligned to X's rank at ``axis`` (X and Y may be shape-only TensorMeta)."""
+    if axis != -1 and len(Y.shape) < len(X.shape):
+        return tuple(align_y(tuple(Y.shape), len(X.shape), axis))
+    return tuple(Y.shape)
+
+
 def _y(X, Y, axis):
-    if axis != -1 and Y.ndim < X.ndim:
-        return Y.reshape(align_y(Y.shape, X.ndim, axis))
-    return Y
+    return Y.reshape(_y_shape(X, Y, axis))
 
 
 def _register_elementwise(name, fn, grad_fn, grad_inputs, nnb):
@@ -135,13 +142,13 @@ def _register_elementwise(name, fn, grad_fn, grad_inputs, nnb):
 
 def _add_grad(X, Y, dOut, *, axis, need):
     dx = reduce_to(dOut, X.shape) if need[0] else None
-    dy = reduce_to(dOut, _y(X, Y, axis).shape).reshape(Y.shape) if need[1] else None
+    dy = reduce_to(dOut, _y_shape(X, Y, axis)).reshape(Y.shape) if need[1] else None
     return dx, dy
 
 
 def _sub_grad(X, Y, dOut, *, axis, need):
     dx = reduce_to(dOut, X.shape) if need[0] else None
-    dy = np.negative(reduce_to(dOut, _y(X, Y, axis).shape)).reshape(Y.shape) if need[1] else None
+    dy = np.negative(reduce_to(dOut, _y_shape(X, Y, axis))).reshape(Y.shape) if need[1] else None
     return dx, dy
 
 
@@ -162,7 +169,15 @@ def _div_grad(X, Y, Out, dOut, *, axis, need):
 _register_elementwise("elementwise_add", np.add, _add_grad, ["X", "Y", "Out@GRAD"], ["X", "Y"])
 _register_elementwise("elementwise_sub", np.subtract, _sub_grad, ["X", "Y", "Out@GRAD"], ["X", "Y"])
 _register_elementwise("elementwise_mul", np.multiply, _mul_grad, ["X", "Y", "Out@GRAD"], [])
-_register_elementwise("elementwise_div", np.divide, _div_grad, ["X", "Y", "Out", "Out@GRAD"], [])
+def _divide(x, y):
+    """x / y; integers divide as C++ does (truncating toward zero), as Paddle's kernel."""
+    if np.issubdtype(x.dtype, np.integer) and np.issubdtype(y.dtype, np.integer):
+        q, r = np.divmod(x, y)
+        return np.where((r != 0) & ((x < 0) != (y < 0)), q + 1, q).astype(np.result_type(x, y))
+    return np.divide(x, y)
+
+
+_register_elementwise("elementwise_div", _divide, _div_grad, ["X", "Y", "Out", "Out@GRAD"], [])
 _register_elementwise("elementwise_mod", np.mod, None, None, [])
 _register_elementwise("elementwise_max", np.maximum, None, None, [])
 _register_elementwise("elementwise_min", np.minimum, None, None, [])
@@ -259,7 +274,7 @@ def _register_reduce(name, fn, grad_fn):
 
 def _mean_grad(X, dOut, *, dim, keep_dim, reduce_all):
     g, n = _reduce_grad_value(X, dOut, dim, keep_dim, reduce_all)
-    return np.broadcast_to(g * as_float(1.0 / n, g.dtype), X.shape).copy()
+    return np.broadcast_to(g * as_float(1.0 / n if n else 0.0, g.dtype), X.shape).copy()  # n == 0: X is empty
 
 
 def _sum_grad_kernel(X, dOut, *, dim, keep_dim, reduce_all):

@@ -4,7 +4,9 @@
 normalising over the dims from ``begin_norm_axis`` on; Mean and Variance
 are shaped like X's leading dims (``x.shape[:begin_norm_axis]``, as Paddle
 3.3.1 gives them; ``[N]`` for a 2-D X). ``layer_norm_grad`` reads X, Scale,
-Bias (no need buffer: only its shape), Mean, Variance and Y@GRAD.
+Bias (no need buffer: only its shape), Mean, Variance and Y@GRAD. Both round
+every step in the order of Paddle's CPU kernels (sums included), which decides
+the gradient of short rows: see ``_ln_mean_var`` and ``layer_norm_grad``.
 
 ``dropout`` mirrors Paddle's op: X, Seed? -> Out, Mask (uint8, 1 = kept);
 an element is dropped when a uniform draw is below ``dropout_prob``.
@@ -54,16 +56,51 @@ def _rows(a, begin_norm_axis):
     return a.reshape(_prod(a.shape[:begin_norm_axis], 1), -1)
 
 
+def _row_sums_in_order(a):
+    """Row sums of a 2-D array added one element after the other, in a's dtype (cumsum is sequential)."""
+    return np.cumsum(a, axis=1, dtype=a.dtype)[:, -1] if a.shape[1] else np.zeros(a.shape[0], a.dtype)
+
+
+def _row_sums_8_lanes(a):
+    """Row sums as Paddle's AVX float32 kernel adds them (rows of 8 or more): 8 running lane sums over
+    blocks of 8; a ragged tail is the row's last 8 elements with the ones already added masked to 0;
+    then lanes i and i+4 are added, and the 4 results as (l0+l1)+(l2+l3)."""
+    right = a.shape[1]
+    rest = right % 8
+    lanes = np.zeros((a.shape[0], 8), a.dtype)
+    for j in range(0, right - rest, 8):
+        lanes += a[:, j:j + 8]
+    if rest:
+        tail = np.zeros_like(lanes)
+        tail[:, 8 - rest:] = a[:, right - rest:]
+        lanes += tail
+    four = lanes[:, 4:] + lanes[:, :4]
+    return (four[:, 0] + four[:, 1]) + (four[:, 2] + four[:, 3])
+
+
+def _ln_mean_var(x):
+    """Mean and (biased) variance per row, rounded as Paddle's CPU layer_norm kernel rounds them:
+    float32 rows of 8 or more take the AVX kernel (sums times 1/right), others a plain loop (sums / right)."""
+    right = x.shape[1]
+    if x.dtype == np.float32 and right >= 8:
+        inv = np.float32(1) / np.float32(right)
+        mean = _row_sums_8_lanes(x) * inv
+        d = x - mean[:, None]
+        return mean, d, _row_sums_8_lanes(d * d) * inv
+    n = x.dtype.type(right)
+    mean = _row_sums_in_order(x) / n
+    d = x - mean[:, None]
+    return mean, d, _row_sums_in_order(d * d) / n
+
+
 @register_op("layer_norm", ["X", "Scale?", "Bias?"], ["Y", "Mean", "Variance"], _LN_ATTRS,
              infer_shape=_ln_infer,
              grad=simple_grad("layer_norm_grad", ["X", "Scale", "Bias", "Mean", "Variance", "Y@GRAD"],
                               ["X@GRAD", "Scale@GRAD", "Bias@GRAD"]))
 def layer_norm(X, Scale, Bias, *, epsilon, begin_norm_axis):
-    x = _rows(X, begin_norm_axis)
-    mean = x.mean(axis=1)
-    y = x - mean[:, None]
-    var = (y * y).mean(axis=1)
-    y *= (1 / np.sqrt(var + X.dtype.type(epsilon)))[:, None]
+    """y = (x - mean) / sqrt(var + eps) * scale + bias, each step rounded in X's dtype as Paddle does."""
+    mean, y, var = _ln_mean_var(_rows(X, begin_norm_axis))
+    y /= np.sqrt(var + X.dtype.type(epsilon))[:, None]
     if Scale is not None:
         y *= Scale.reshape(-1)
     if Bias is not None:
@@ -80,19 +117,29 @@ def _ln_grad_infer(ins, attrs):
              ["X@GRAD", "Scale@GRAD", "Bias@GRAD"], _LN_ATTRS, infer_shape=_ln_grad_infer,
              no_need_buffer=["Bias"])
 def layer_norm_grad(X, Scale, Bias, Mean, Variance, dY, *, epsilon, begin_norm_axis, need):
-    """Bias may be a shape-only meta (no need buffer): only Bias.shape is read."""
+    """Bias may be a shape-only meta (no need buffer): only Bias.shape is read.
+
+    In the order of Paddle's CPU kernel, each step rounded in X's dtype (with rows of 2 the true
+    gradient is a tiny difference of O(1) terms, so the order decides the result):
+    xhat = (x - mean) / sqrt(var + eps); dbias, dscale = column sums (row after row) of dy, xhat * dy;
+    g = dy * scale; dx = ((g - rowmean(g)) - xhat * rowmean(g * xhat)) / sqrt(var + eps),
+    rowmean = sum in order / right. Like Paddle's CPU kernel, dx leaves Scale out (g = dy) when
+    Scale@GRAD is not computed (a Scale that does not need a gradient).
+    """
     x, dy = _rows(X, begin_norm_axis), _rows(dY, begin_norm_axis)
-    rstd = (1 / np.sqrt(Variance.reshape(-1) + X.dtype.type(epsilon)))[:, None]
-    xhat = (x - Mean.reshape(-1)[:, None]) * rstd
+    std = np.sqrt(Variance.reshape(-1) + X.dtype.type(epsilon))[:, None]
+    xhat = (x - Mean.reshape(-1)[:, None]) / std
     dx = dscale = dbias = None
     if need[1] and Scale is not None:
-        dscale = (dy * xhat).sum(axis=0).reshape(Scale.shape)
+        dscale = _row_sums_in_order((dy * xhat).T).reshape(Scale.shape)
     if need[2] and Bias is not None:
-        dbias = dy.sum(axis=0).reshape(Bias.shape)
+        dbias = _row_sums_in_order(dy.T).reshape(Bias.shape)
     if need[0]:
-        g = dy * Scale.reshape(-1) if Scale is not None else dy
-        dx = g - g.mean(axis=1, keepdims=True) - xhat * (g * xhat).mean(axis=1, keepdims=True)
-        dx *= rstd
+        n = X.dtype.type(x.shape[1])
+        g = dy * Scale.reshape(-1) if Scale is not None and need[1] else dy
+        dx = g - (_row_sums_in_order(g) / n)[:, None]
+        dx -= xhat * (_row_sums_in_order(g * xhat) / n)[:, None]
+        dx /= std
         dx = dx.reshape(X.shape)
     return dx, dscale, dbias
 

@@ -11,9 +11,11 @@ proto) and Paddle's CPU formulas, in the parameter's dtype:
 * adam:     lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t);
             m1 = b1 m1 + (1 - b1) g;  m2 = b2 m2 + (1 - b2) g^2;
             p -= lr_t * m1 / (sqrt(m2) + eps * sqrt(1 - b2^t));
+            float32 rounds as Paddle's AVX kernel does, with fused multiply-adds
+            (m1, m2 and p each rounded once; see ``_adam_step``).
             then ``b1^t *= b1``, ``b2^t *= b2`` (unless use_global_beta_pow).
             amsgrad uses max(m2, Moment2Max) in the denominator.
-* adamw:    with_decay: p -= lr * lr_ratio * coeff * p first; then the
+* adamw:    with_decay: p -= lr * lr_ratio * coeff * p first (fused for float32); then the
             adam update with the plain lr (lr_ratio scales only the decay,
             as in Paddle's CPU kernel).
 
@@ -131,24 +133,50 @@ _adam_infer = _param_infer(("ParamOut", "Param"), ("Moment1Out", "Moment1"), ("M
                            ("Beta2PowOut", "Beta2Pow"), ("MasterParamOut", "MasterParam"))
 
 
+def _fused_into(out, a, b, c, scratch=None):
+    """out = a * b + c rounded once, as float32 fused multiply-adds are: a float32 product is exact in
+    float64, so only the sum rounds there before the float32 result (a second rounding that can differ
+    from a true FMA only in the rare double-rounding ties). ``scratch``: a float64 buffer like ``out``."""
+    wide = np.multiply(a, b, dtype=np.float64, out=scratch)
+    np.add(wide, c, out=wide)
+    np.copyto(out, wide, casting="same_kind")
+
+
 def _adam_step(p, g, lr, m1, m2, m2max, b1pow, b2pow, beta1, beta2, eps):
-    """One in-place Adam update of ``p``, ``m1``, ``m2`` (and ``m2max``); Paddle's CPU order."""
+    """One in-place Adam update of ``p``, ``m1``, ``m2`` (and ``m2max``); Paddle's CPU order.
+
+    float32 follows Paddle's AVX kernel, with fused multiply-adds: lr_t = lr * (sqrt(1 - b2^t) / (1 - b1^t)),
+    m1 = fma(b1, m1, (1 - b1) g), m2 = fma(b2, m2, g g (1 - b2)), p = fma(m1 / (sqrt(m2) + eps_t), -lr_t, p).
+    Other dtypes round every step.
+    """
     dt = p.dtype.type
     b1, b2 = dt(beta1), dt(beta2)
     b1p, b2p = dt(b1pow.reshape(-1)[0]), dt(b2pow.reshape(-1)[0])
-    lr_t = dt(lr * np.sqrt(dt(1) - b2p) / (dt(1) - b1p))
     eps_t = dt(eps) * np.sqrt(dt(1) - b2p)
-    np.multiply(m1, b1, out=m1)
-    m1 += g * (dt(1) - b1)
-    np.multiply(m2, b2, out=m2)
-    sq = g * (dt(1) - b2)
-    sq *= g
-    m2 += sq
+    if p.dtype != np.float32:
+        lr_t = dt(lr * np.sqrt(dt(1) - b2p) / (dt(1) - b1p))
+        np.multiply(m1, b1, out=m1)
+        m1 += g * (dt(1) - b1)
+        np.multiply(m2, b2, out=m2)
+        sq = g * (dt(1) - b2)
+        sq *= g
+        m2 += sq
+    else:
+        lr_t = dt(lr * (np.sqrt(dt(1) - b2p) / (dt(1) - b1p)))
+        wide = np.empty(p.shape, np.float64)
+        sq = g * (dt(1) - b1)
+        _fused_into(m1, b1, m1, sq, wide)
+        np.multiply(g, g, out=sq)
+        sq *= dt(1) - b2
+        _fused_into(m2, b2, m2, sq, wide)
     if m2max is not None:
         np.maximum(m2max, m2, out=m2max)
     denom = np.sqrt(m2 if m2max is None else m2max, out=sq)
     denom += eps_t
     step = np.divide(m1, denom, out=denom)
+    if p.dtype == np.float32:
+        _fused_into(p, step, -lr_t, p, wide)
+        return
     step *= lr_t
     np.subtract(p, step, out=p)
 
@@ -167,7 +195,11 @@ def _adam_kernel(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1P
     eps = _scalar(EpsilonTensor, dt) if EpsilonTensor is not None else dt.type(attrs["epsilon"])
     lr = _scalar(LearningRate, dt)
     if decay is not None and decay[1]:  # adamw: decoupled weight decay, then plain Adam
-        p -= p * (lr * dt.type(decay[0]) * dt.type(decay[1]))
+        rate = lr * dt.type(decay[0]) * dt.type(decay[1])
+        if dt == np.float32:
+            _fused_into(p, p, -rate, p)  # Paddle's AVX kernel: fma(p, -lr * lr_ratio * coeff, p)
+        else:
+            p -= p * rate
     _adam_step(p, Grad, lr, Moment1, Moment2, m2max, Beta1Pow, Beta2Pow, beta1, beta2, eps)
     if not attrs["use_global_beta_pow"]:
         np.multiply(Beta1Pow, Beta1Pow.dtype.type(beta1), out=Beta1Pow)

@@ -6,7 +6,8 @@ anything imports numba. The suite is collected only when asked for (its
 directory, or a file in it, on the command line, or
 ``REFIMPL_CONFORMANCE=1``): a plain ``pytest`` of the whole tree runs in a
 process where the simulator flag may come too late, and CI runs this suite
-as a second process (``.ci/run``).
+as a second process (``.ci/run``). With ``REFIMPL_RECORD_LAUNCHES=FILE`` it
+also records every kernel launch for ``python -m cuda_backend.compile_check FILE``.
 """
 import os
 import sys
@@ -38,6 +39,15 @@ def pytest_configure(config):
         if os.environ["NUMBA_ENABLE_CUDASIM"] == "1":
             # the simulator's syncthreads waits on a polling thread: switch threads often
             sys.setswitchinterval(0.0005)
+        if os.environ.get("REFIMPL_RECORD_LAUNCHES"):  # for python -m cuda_backend.compile_check
+            from cuda_backend.compile_check import Recorder
+            config._refimpl_recorder = Recorder().__enter__()
+
+
+def pytest_sessionfinish(session):
+    recorder = getattr(session.config, "_refimpl_recorder", None)
+    if recorder is not None:
+        recorder.save(os.environ["REFIMPL_RECORD_LAUNCHES"])
 
 
 def pytest_report_header(config):

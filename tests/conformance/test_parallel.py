@@ -54,7 +54,7 @@ def assert_same(got, want):
 
 # ---- pipeline -------------------------------------------------------------------------------
 def _pipeline(name):
-    main, startup, loss = pipeline_mlp.build(4, width=8)
+    main, startup, loss = pipeline_mlp.build(4, width=8, dtype="float32")
     pl = runner.build_pipeline(main, startup, loss, "1F1B", 2, 2, cuts=pipeline_mlp.even_cuts(main, 2))
     with backend(name):
         return runner.train_in_process(pl, feeds(4), seed=0)

@@ -8,6 +8,7 @@ initial values on the same feeds — the same losses and parameters (rtol 1e-5).
     tox -e fuzz-paddle
     python tests/differential/fuzz_vs_paddle.py --cases 30 --seed 0     # with paddlepaddle installed
 
+``sweep_builders_vs_paddle.py`` runs the oracle's model builders over random configs.
 The file name has no ``test_`` prefix, so pytest does not collect it.
 """
 import argparse
@@ -63,7 +64,7 @@ def build_in(paddle, case):
 
 def paddle_program_dict(program):
     """Paddle's legacy Program in refimpl's program/v1 format."""
-    from paddle.base import framework
+    from paddle.base import core, framework
     blocks = []
     for b in program.blocks:
         vars_ = []
@@ -82,8 +83,9 @@ def paddle_program_dict(program):
             for k in op.attr_names:
                 if k in ("op_callstack", "with_quant_attr"):
                     continue
-                val = op.attr(k)
-                attrs[k] = {"block": val.idx} if hasattr(val, "idx") and hasattr(val, "ops") else val
+                kind = op.desc.attr_type(k)
+                attrs[k] = ({"block": op._block_attr_id(k)} if kind == core.AttrType.BLOCK else
+                            {"blocks": list(op._blocks_attr_ids(k))} if kind == core.AttrType.BLOCKS else op.attr(k))
             ops.append({"type": op.type, "inputs": {s: op.input(s) for s in op.input_names},
                         "outputs": {s: op.output(s) for s in op.output_names}, "attrs": attrs})
         blocks.append({"idx": b.idx, "parent_idx": b.parent_idx, "vars": vars_, "ops": ops})

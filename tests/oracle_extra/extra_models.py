@@ -251,6 +251,18 @@ def m_matmul_transpose_linear(cfg):
     return loss, {"x": ("float32", [cfg["din"]])}
 
 
+def m_layer_norm_pairs_adam(cfg):
+    # Rows of cfg["hid"] into layer_norm through elementwise ops only (no matmul rounding upstream).
+    # With 2 elements a row's input gradient is a tiny difference of O(1) terms, so only a kernel
+    # that rounds in Paddle's order gets it; Adam turns that gradient into an O(lr) update.
+    x = paddle.static.data("x", [None, cfg["hid"]], "float32")
+    w = paddle.static.create_parameter([cfg["hid"]], "float32", name="w_in")
+    h = paddle.static.nn.layer_norm(x * w)
+    loss = paddle.mean(h * x)
+    paddle.optimizer.Adam(learning_rate=cfg["lr"]).minimize(loss)
+    return loss, {"x": ("float32", [cfg["hid"]])}
+
+
 MODELS = {
     "mlp3_sigmoid_sgd": m_mlp3_sigmoid_sgd,
     "mlp_ce_nesterov": m_mlp_ce_nesterov,
@@ -271,6 +283,7 @@ MODELS = {
     "lr_decay_ops_sgd": m_lr_decay_ops_sgd,
     "detach_branch": m_detach_branch,
     "matmul_transpose_linear": m_matmul_transpose_linear,
+    "layer_norm_pairs_adam": m_layer_norm_pairs_adam,
 }
 
 EXTRA = [
@@ -293,4 +306,6 @@ EXTRA = [
     ("lr_decay_ops_sgd", {"din": 4, "hid": 5, "decay_steps": 2, "decay_rate": 0.5, "staircase": False}, 4, 4),
     ("detach_branch", {"din": 4, "hid": 5}, 4, 3),
     ("matmul_transpose_linear", {"din": 5, "hid": 7}, 4, 3),
+    ("dropout_softlabel", {"din": 2, "hid": 2, "classes": 2, "p": 1e-09, "p_infer": 0.0}, 2, 2),
+    ("layer_norm_pairs_adam", {"hid": 2, "lr": 0.1}, 2, 3),
 ]

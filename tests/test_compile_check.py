@@ -1,0 +1,85 @@
+"""cuda_backend.compile_check: kernels recorded under the simulator compile with the real toolchain.
+
+Runs in the default (non-simulator) pytest process: recording happens in a
+simulator subprocess, compiling here, with NVVM and nvJitLink from the
+``numba-cuda[cu13]`` wheels — no GPU or driver. The full set (every launch of
+the conformance suite) is compiled by ``.ci/run``.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+numba = pytest.importorskip("numba")  # the test extra installs it; without it there is no CUDA backend
+from numba import cuda  # noqa: E402
+
+from cuda_backend import compile_check  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@cuda.jit
+def not_for_the_gpu(x, out):
+    """The simulator runs this (it is Python); a GPU kernel cannot allocate a NumPy array."""
+    for i in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        t = np.zeros(3)
+        out[i] = t[0] + x[i]
+
+
+@cuda.jit
+def fine(x, out, shape, a):
+    for i in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        out[i] = x[i % shape[0]] * a
+
+
+def test_described_types_are_the_types_numba_gives_the_values():
+    values = [np.zeros(3, np.float32), np.zeros((2, 3), np.int64), np.zeros((2, 3), np.float64).T,
+              np.zeros((4, 4), np.float32)[:, ::2], np.float32(1.5), np.int32(2), np.bool_(True), True, 7,
+              2.5, (1, 2, 3), (np.float32(1), 2)]
+    for v in values:
+        assert compile_check.numba_type(compile_check.describe(v)) == numba.typeof(v), v
+
+
+def test_a_kernel_the_simulator_runs_but_nvvm_rejects_is_named():
+    me = __name__
+    launches = [[["global", me, "fine"], [["array", "<f4", 1, "C"], ["array", "<f4", 1, "C"],
+                                           ["tuple", [["int"]]], ["scalar", "<f4"]]],
+                [["global", me, "not_for_the_gpu"], [["array", "<f4", 1, "C"], ["array", "<f8", 1, "C"]]]]
+    with pytest.raises(compile_check.CompileError) as err:
+        compile_check.compile_all(launches, "sm_90", cubin=False)
+    text = str(err.value)
+    assert "1 of 2" in text and f"{me}:not_for_the_gpu" in text and "fine" not in text.replace(me, "")
+
+
+def test_ptx_and_cubin_for_the_target_architecture():
+    rec, descs = ["functor", "cuda_backend.ops_math", "f_add", "<f4", 1], \
+        [["array", "<f4", 1, "C"]] * 3 + [["tuple", [["int"]] * 6]] * 3 + [["scalar", "<f4"]] * 2
+    for arch in ("sm_80", "sm_90"):
+        ptx, size = compile_check.compile_one(rec, descs, arch)
+        assert f".target {arch}" in ptx and size > 1000
+
+
+def test_recorded_conformance_launches_compile(tmp_path):
+    """Record a program's launches under the simulator (another process), compile them here."""
+    out = tmp_path / "launches.json"
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", REFIMPL_RECORD_LAUNCHES=str(out))
+    test = "tests/conformance/test_oracle_programs.py::test_same_numbers_and_gc_on_both_backends[02_residual_adam.json]"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    launches = json.loads(out.read_text())
+    kernels = {compile_check.name_of(rec) for rec, _ in launches}
+    assert any("_bmm" in k for k in kernels) and any("adam" in k for k in kernels), kernels
+    done = compile_check.compile_all(launches, "sm_90")
+    assert set(done) == kernels
+
+
+def test_cli_reports_and_fails_on_an_empty_record(tmp_path):
+    empty = tmp_path / "none.json"
+    empty.write_text("[]")
+    r = subprocess.run([sys.executable, "-m", "cuda_backend.compile_check", str(empty)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "records no launches" in r.stderr
