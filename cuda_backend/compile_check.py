@@ -185,10 +185,11 @@ def compile_all(launches, arch="sm_90", cubin=True, out=None):
         except Exception as exc:  # noqa: BLE001  (every failure is collected and reported by name)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             failures.append(f"{name} {json.dumps(descs)}: {type(exc).__name__}: {first}")
-        if out is not None:
+        if out is not None and (out.isatty() or (i + 1) % 50 == 0 or i + 1 == len(launches)):
+            end = "" if out.isatty() else "\n"
             print(f"\r[{i + 1}/{len(launches)}] {time.perf_counter() - t0:5.1f} s  {name[:60]:60}",
-                  end="", file=out, flush=True)
-    if out is not None:
+                  end=end, file=out, flush=True)
+    if out is not None and out.isatty():
         print(file=out)
     if failures:
         raise CompileError(f"{len(failures)} of {len(launches)} kernel launches do not compile for {arch}:\n  "

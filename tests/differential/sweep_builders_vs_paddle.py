@@ -22,20 +22,13 @@ one ulp (then the last bits of BLAS sums decide the result). The file name has n
 ``test_`` prefix, so pytest does not collect it.
 """
 import argparse
-import os
 import random
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-for p in (ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "oracle_split"), HERE):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-os.environ["FLAGS_enable_pir_api"] = "0"
+# record_from_paddle (beside this file) puts the project on sys.path and selects the legacy IR
+from record_from_paddle import build, paddle_split, record, record_extra, sources  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-from record_from_paddle import build, paddle_split, record, record_extra, sources  # noqa: E402
 
 SIZE_KEYS = {"din", "hid", "dout", "h1", "h2", "dim", "seq", "a", "b", "c", "part"}
 
