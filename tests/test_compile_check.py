@@ -83,3 +83,11 @@ def test_cli_reports_and_fails_on_an_empty_record(tmp_path):
     r = subprocess.run([sys.executable, "-m", "cuda_backend.compile_check", str(empty)], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "records no launches" in r.stderr
+
+
+def test_kernels_round_the_product_and_the_sum_separately_as_numpy():
+    """x * a + b must not become one FMA (NVVM's default contracts it): device.py turns that off."""
+    rec = ["functor", "cuda_backend.ops_math", "f_scale_after", "<f4", 0]
+    ptx, _ = compile_check.compile_one(rec, [["array", "<f4", 1, "C"]] * 2 + [["scalar", "<f4"]] * 2, "sm_90",
+                                       cubin=False)
+    assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx and "fma.rn.f32" not in ptx
