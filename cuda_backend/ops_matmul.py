@@ -4,8 +4,9 @@ Mirrors Paddle's ``MatmulKernel`` / ``MulKernel`` (cuBLAS there): batched
 ``op(A) @ op(B)`` with NumPy's batch broadcasting, transposes read through
 strides (no copies), and the grads as the NumPy kernels build them
 (``d @ y^T``, ``x^T @ d``, then summed over broadcast batch dims). Each
-block computes TILE x TILE outputs at a time from TILE x TILE tiles of A and
-B staged in shared memory; blocks stride over the output tiles. The sum over
+block computes a 64 x 64 output tile (16 x 16 threads, 4 x 4 outputs each,
+held in registers) from slices of A and B staged in shared memory; blocks
+stride over the output tiles. The sum over
 k runs in order (k = 0, 1, ...) in the output dtype, so results are
 deterministic; they differ from NumPy's BLAS in the last bits (BLAS blocks
 and fuses differently).
@@ -17,35 +18,61 @@ from refimpl.ops.registry import register_kernel
 from . import ew
 from .device import MAXD, cuda, dev, empty, flat, launch_config, padded, simulated
 
-TILE = 4 if simulated() else 16
+T = 2 if simulated() else 16  # threads per block side (T x T threads)
+R = 2 if simulated() else 4   # outputs per thread side: a block computes a (T*R) x (T*R) tile
+BK = T                        # k elements staged per step
+SIDE = T * R                  # (a named constant: shared array shapes must be compile-time constants)
 MAX_TILE_BLOCKS = 1024
 
 
 @cuda.jit
 def _bmm(a, b, c, M, N, K, a_si, a_sk, b_sk, b_sj, bshape, a_bst, b_bst, zero):
-    """c[t, i, j] = sum_k a[t, i, k] * b[t, k, j]; a, b read through strides, c contiguous."""
-    sa = cuda.shared.array((TILE, TILE), a.dtype)
-    sb = cuda.shared.array((TILE, TILE), b.dtype)
+    """c[t, i, j] = sum_k a[t, i, k] * b[t, k, j]; a, b read through strides, c contiguous.
+
+    Thread (ty, tx) owns the R x R outputs at rows ty + T*r, cols tx + T*q of its block's
+    tile and keeps them in registers; each k step stages a (T*R) x BK slice of a and a
+    BK x (T*R) slice of b in shared memory. Every output still adds its products in
+    order, k = 0, 1, ..., so the result does not depend on T, R or BK.
+    """
+    sa = cuda.shared.array((SIDE, BK), a.dtype)
+    sb = cuda.shared.array((BK, SIDE), b.dtype)
+    acc = cuda.local.array((R, R), c.dtype)
+    av = cuda.local.array(R, a.dtype)
+    bv = cuda.local.array(R, b.dtype)
     ty, tx = cuda.threadIdx.y, cuda.threadIdx.x
-    tiles_m, tiles_n = (M + TILE - 1) // TILE, (N + TILE - 1) // TILE
+    side = SIDE
+    tiles_m, tiles_n = (M + side - 1) // side, (N + side - 1) // side
     nbatch = c.size // (M * N)
     for tile in range(cuda.blockIdx.x, nbatch * tiles_m * tiles_n, cuda.gridDim.x):
         t = tile // (tiles_m * tiles_n)
-        i = (tile // tiles_n) % tiles_m * TILE + ty
-        j = tile % tiles_n * TILE + tx
+        i0 = (tile // tiles_n) % tiles_m * side
+        j0 = tile % tiles_n * side
         a0 = ew.offset(t, bshape, a_bst)
         b0 = ew.offset(t, bshape, b_bst)
-        acc = zero
-        for k0 in range(0, K, TILE):
-            ka, kb = k0 + tx, k0 + ty
-            sa[ty, tx] = a[a0 + i * a_si + ka * a_sk] if (i < M and ka < K) else zero
-            sb[ty, tx] = b[b0 + kb * b_sk + j * b_sj] if (kb < K and j < N) else zero
+        for r in range(R):
+            for q in range(R):
+                acc[r, q] = zero
+        for k0 in range(0, K, BK):
+            for r in range(R):  # stage: thread (ty, tx) loads rows ty + T*r of a's slice, col tx
+                i, ka = i0 + ty + T * r, k0 + tx
+                sa[ty + T * r, tx] = a[a0 + i * a_si + ka * a_sk] if (i < M and ka < K) else zero
+                j, kb = j0 + tx + T * r, k0 + ty
+                sb[ty, tx + T * r] = b[b0 + kb * b_sk + j * b_sj] if (kb < K and j < N) else zero
             cuda.syncthreads()
-            for kk in range(min(TILE, K - k0)):
-                acc += sa[ty, kk] * sb[kk, tx]
+            for kk in range(min(BK, K - k0)):
+                for r in range(R):
+                    av[r] = sa[ty + T * r, kk]
+                    bv[r] = sb[kk, tx + T * r]
+                for r in range(R):
+                    for q in range(R):
+                        acc[r, q] += av[r] * bv[q]
             cuda.syncthreads()
-        if i < M and j < N:
-            c[(t * M + i) * N + j] = acc
+        for r in range(R):
+            i = i0 + ty + T * r
+            for q in range(R):
+                j = j0 + tx + T * q
+                if i < M and j < N:
+                    c[(t * M + i) * N + j] = acc[r, q]
 
 
 def _strides(shape):
@@ -73,11 +100,11 @@ def bmm(A, B, trans_a=False, trans_b=False):
     b_sk, b_sj = (bst[-1], bst[-2]) if trans_b else (bst[-2], bst[-1])
     a_bst = _batch_strides(ash, ast, batch)
     b_bst = _batch_strides(bsh, bst, batch)
-    tiles = out.size // (M * N) * -(-M // TILE) * -(-N // TILE)
+    tiles = out.size // (M * N) * -(-M // SIDE) * -(-N // SIDE)
     blocks = 1 if simulated() else min(tiles, MAX_TILE_BLOCKS)
     if K == 0:
         return ew.run1(_zero, out)
-    launch_config(_bmm, blocks, (TILE, TILE), flat(A), flat(B), flat(out), M, N, K, a_si, a_sk, b_sk, b_sj,
+    launch_config(_bmm, blocks, (T, T), flat(A), flat(B), flat(out), M, N, K, a_si, a_sk, b_sk, b_sj,
                   padded(batch or (1,)), a_bst, b_bst, A.dtype.type(0))
     return out
 
