@@ -17,11 +17,15 @@ Y@GRAD of an elementwise op whose Y sits in the middle of X) may differ
 from the CPU kernels in the last bit. Differences from
 Paddle: Paddle's GPU reductions use a tree over threads; here each output
 element is summed by one thread in that fixed order (deterministic, not
-fast).
+fast), except that long rows, when there are few of them, have the leaves
+of NumPy's pairwise tree summed in parallel and then the tree's inner nodes
+one height per launch — the same additions in the same order.
 """
+import functools
+
 import numpy as np
 
-from .device import MAXD, bcast_strides, contiguous_strides, cuda, dev, empty, flat, launch, padded, tag
+from .device import MAXD, bcast_strides, contiguous_strides, cuda, dev, empty, flat, launch, padded, tag, to_device
 
 PW_BLOCK = 128  # NumPy's PW_BLOCKSIZE
 _STACK = 48     # depth of the pairwise-sum stack (enough for 2^48 elements)
@@ -223,6 +227,78 @@ def _sum_inner(g, out, n, zero, scratch):
         out[o] = pw_sum(g, o * n, 1, n, zero, scratch[o if scratch.shape[0] > 1 else 0])
 
 
+# ---- the same pairwise sums, spread over threads -----------------------------------------------------
+TREE_MIN = 16384  # rows this long, when there are few of them, are summed by the tree kernels below
+TREE_MAX_ROWS = 1024
+
+
+@functools.lru_cache(maxsize=64)
+def _tree_plan(n):
+    """NumPy's pairwise-sum tree over n > PW_BLOCK elements, as device arrays.
+
+    Nodes 0..L-1 are the leaves (at most PW_BLOCK elements each: ``start``,
+    ``size``); the rest are inner nodes ``left + right``, listed by height so
+    that one launch per height computes them all. Returns (start, size,
+    [(ids, left, right) per height], root).
+    """
+    leaves, inner = [], []  # inner: (height, left id or ("i", k), right)
+
+    def build(s, m):
+        if m <= PW_BLOCK:
+            leaves.append((s, m))
+            return ("leaf", len(leaves) - 1), 0
+        h = _half(m)
+        (left, hl), (right, hr) = build(s, h), build(s + h, m - h)
+        inner.append((max(hl, hr) + 1, left, right))
+        return ("inner", len(inner) - 1), max(hl, hr) + 1
+    build(0, n)
+    n_leaves = len(leaves)
+
+    def node_id(ref):
+        return ref[1] if ref[0] == "leaf" else n_leaves + ref[1]
+    levels = []
+    for height in range(1, max(h for h, _, _ in inner) + 1):
+        ks = [k for k, (h, _, _) in enumerate(inner) if h == height]
+        levels.append(tuple(to_device(np.array(v, np.int64)) for v in
+                            ([n_leaves + k for k in ks], [node_id(inner[k][1]) for k in ks],
+                             [node_id(inner[k][2]) for k in ks])))
+    start, size = (to_device(np.array(v, np.int64)) for v in zip(*leaves))
+    return start, size, levels, n_leaves + len(inner) - 1
+
+
+@cuda.jit
+def _tree_leaves(g, vals, n, start, size, zero):
+    """vals[row, leaf] = NumPy's pairwise sum of the leaf's elements of row ``row`` of g."""
+    leaves = start.size
+    for t in range(cuda.grid(1), vals.shape[0] * leaves, cuda.gridsize(1)):
+        r, k = t // leaves, t % leaves
+        vals[r, k] = pw_leaf(g, r * n + start[k], 1, size[k], zero)
+
+
+@cuda.jit
+def _tree_level(vals, ids, left, right):
+    """vals[row, ids[j]] = vals[row, left[j]] + vals[row, right[j]] for every node of one height."""
+    m = ids.size
+    for t in range(cuda.grid(1), vals.shape[0] * m, cuda.gridsize(1)):
+        r, j = t // m, t % m
+        vals[r, ids[j]] = vals[r, left[j]] + vals[r, right[j]]
+
+
+@cuda.jit
+def _tree_root(vals, out, root):
+    for r in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        out[r] = vals[r, root]
+
+
+def _sum_rows_tree(g, out, rows, n):
+    start, size, levels, root = _tree_plan(n)
+    vals = empty((rows, root + 1), g.dtype)
+    launch(_tree_leaves, rows * start.size, g, vals, n, start, size, g.dtype.type(0))
+    for ids, left, right in levels:
+        launch(_tree_level, rows * ids.size, vals, ids, left, right)
+    launch(_tree_root, rows, vals, out, root)
+
+
 def scratch_for(rows, n, dtype):
     """Scratch rows for :func:`pw_sum` (a dummy when no sum is longer than a block)."""
     return empty((rows if n > PW_BLOCK else 1, _STACK), dtype)
@@ -254,6 +330,9 @@ def sum_axes(g, axes, keep_shape=None):
     if out.size == 0:
         return out
     if axes == tuple(range(len(shape) - len(axes), len(shape))):  # trailing, contiguous: pairwise
+        if count >= TREE_MIN and out.size <= TREE_MAX_ROWS:  # long rows, few of them: same sums, in parallel
+            _sum_rows_tree(flat(g), flat(out), out.size, count)
+            return out
         launch(_sum_inner, out.size, flat(g), flat(out), count, zero,
                scratch_for(out.size, count, g.dtype))
         return out

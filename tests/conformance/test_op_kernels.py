@@ -267,3 +267,16 @@ def test_every_cuda_kernel_has_cases():
     """A new cuda kernel needs a case here or in test_op_kernels_train.py (or to be communication / I/O)."""
     covered = {c[0] for c in CASES + TRAIN_CASES}
     assert [t for t in cuda_ops_to_cover() if t not in covered] == []
+
+
+@pytest.mark.parametrize("shape", [(129,), (1, 136), (3, 1000), (2, 4133)])
+def test_long_rows_summed_as_a_tree_are_numpys_pairwise_sums(monkeypatch, shape):
+    """The parallel tree path (taken for long rows, lowered here) adds exactly as NumPy does."""
+    from cuda_backend import ew
+    from cuda_backend.device import to_device, to_host
+    monkeypatch.setattr(ew, "TREE_MIN", 129)
+    x = (np.random.default_rng(3).standard_normal(shape) * 1e3).astype(np.float32)
+    x.reshape(-1)[::7] *= 1e-4  # magnitudes that make the order visible
+    got = to_host(ew.sum_axes(to_device(x), (len(shape) - 1,)))
+    want = x.sum(axis=-1)
+    assert got.shape == want.shape and got.tobytes() == want.tobytes()
