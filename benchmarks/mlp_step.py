@@ -108,7 +108,46 @@ def bench(name, quick):
     return t_on, t_np, t_off
 
 
-def bench_cuda(name, quick):
+class KernelTimes:
+    """A launch hook: synchronizes before every launch and charges the time since the last one to it.
+
+    One profiled step says which kernels (launch overhead included) a CUDA step spends its time in.
+    """
+
+    def __init__(self, cuda):
+        self.cuda, self.last, self.t0, self.times = cuda, None, 0.0, {}
+
+    def __call__(self, kernel, args):
+        self.cuda.synchronize()
+        self.lap(time.perf_counter())
+        fn = getattr(kernel, "py_func", None) or getattr(kernel, "fn", None)
+        recipe = getattr(kernel, "refimpl_recipe", None)
+        self.last = ":".join(map(str, recipe[2:4])) if recipe else fn.__name__
+
+    def lap(self, now):
+        if self.last is not None:
+            self.times[self.last] = self.times.get(self.last, 0.0) + now - self.t0
+        self.t0 = now
+
+
+def profile_cuda_step(fn):
+    from numba import cuda
+    from cuda_backend.device import LAUNCH_HOOKS
+    times = KernelTimes(cuda)
+    LAUNCH_HOOKS.append(times)
+    try:
+        fn()
+        cuda.synchronize()
+        times.lap(time.perf_counter())
+    finally:
+        LAUNCH_HOOKS.remove(times)
+    total = sum(times.times.values())
+    top = sorted(times.times.items(), key=lambda kv: -kv[1])[:8]
+    print("  kernels (synchronized, one step): " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in top)
+          + f"; all launches {total * 1e3:.2f} ms")
+
+
+def bench_cuda(name, quick, profile=False):
     """refimpl on the CUDA kernels vs refimpl on the NumPy kernels, same model, same run."""
     din, hidden, layers, batch = SIZES[name]
     x = np.random.default_rng(0).standard_normal((batch, din)).astype("float32")
@@ -122,6 +161,8 @@ def bench_cuda(name, quick):
             best[k] = min(best[k], timed(fn, steps))
     print(f"{name:7s} {din}-{hidden}x{layers} batch {batch:3d}: refimpl cpu {best['cpu'] * 1e3:9.3f} ms  "
           f"cuda {best['cuda'] * 1e3:9.3f} ms  speedup {best['cpu'] / best['cuda']:6.2f}x")
+    if profile:
+        profile_cuda_step(fns["cuda"])
     return best["cpu"], best["cuda"]
 
 
@@ -130,6 +171,8 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--backend", choices=["numpy", "cuda"], default="numpy",
                    help="cuda: compare the CUDA kernels with refimpl CPU (default sizes medium, large)")
+    p.add_argument("--profile", action="store_true",
+                   help="with --backend cuda: also time one step kernel by kernel (synchronized)")
     p.add_argument("sizes", nargs="*", default=None)
     args = p.parse_args()
     if args.backend == "cuda":
@@ -137,7 +180,7 @@ def main():
         cuda_backend.require()
         print(f"cuda backend ({'simulator' if cuda_backend.simulated() else 'GPU'}) vs refimpl cpu")
         for name in args.sizes or ["medium", "large"]:
-            bench_cuda(name, args.quick)
+            bench_cuda(name, args.quick, args.profile)
         return
     args.sizes = args.sizes or list(SIZES)
     print("reference: Paddle 3.3.1's CPU executor takes 0.81 ms on the tiny step, the NumPy floor 0.08 ms")

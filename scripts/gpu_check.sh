@@ -36,7 +36,7 @@ MPIEXEC="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/mpiexec"
 timeout 300 "$MPIEXEC" -n 2 python3 -m cuda_backend.nccl || status=1
 
 step "benchmark: refimpl CPU vs CUDA kernels"
-python3 benchmarks/mlp_step.py --backend cuda medium large || status=1
+python3 benchmarks/mlp_step.py --backend cuda --profile medium large || status=1
 
 echo; [ $status -eq 0 ] && echo "gpu_check: OK" || echo "gpu_check: FAILED"
 exit $status

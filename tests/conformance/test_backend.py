@@ -88,3 +88,17 @@ def test_refimpl_backend_env_fails_on_first_run_with_the_same_error():
     out = subprocess.run([sys.executable, "-c", code], env=_no_device_env(REFIMPL_BACKEND="cuda"),
                          capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "CudaUnavailable", out.stdout + out.stderr
+
+
+def test_benchmark_profile_charges_time_to_each_launched_kernel(capsys):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import mlp_step
+    finally:
+        sys.path.pop(0)
+    from cuda_backend import ew
+    from cuda_backend.ops_math import f_add, f_neg
+    x = cuda_backend.to_device(np.arange(6, dtype=np.float32))
+    mlp_step.profile_cuda_step(lambda: (ew.run_n(f_add, [x, x]), ew.run1(f_neg, x)))
+    out = capsys.readouterr().out
+    assert "f_add:<f4" in out and "f_neg:<f4" in out and "all launches" in out
