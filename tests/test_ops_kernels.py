@@ -418,3 +418,25 @@ def test_vector_dot_product_grad_and_empty_mean_grad():
     g = _kernel("reduce_mean_grad")(np.zeros((0, 3), np.float32), np.zeros(3, np.float32),
                                     dim=[0], keep_dim=False, reduce_all=False)
     assert g.shape == (0, 3)
+
+
+# ---- small matmuls add over k in order, as Paddle's CPU kernel ------------------------------------------
+MM_X = ((np.arange(12, dtype=np.float32).reshape(3, 4) * np.float32(0.37) - np.float32(1.9)) ** 3).astype(np.float32)
+MM_W = ((np.arange(8, dtype=np.float32).reshape(4, 2) * np.float32(-0.61) + np.float32(1.3)) ** 3).astype(np.float32)
+# Paddle 3.3.1 (matmul_v2 on the CPU) on MM_X @ MM_W; NumPy's BLAS differs in the last bits
+PADDLE_MM = [-6.277887344360352, 19.56207275390625, -4.529329299926758, -8.806245803833008,
+             -140.33436584472656, -299.0001525878906]
+
+
+def test_small_matmul_adds_over_k_in_order_as_paddle():
+    out = _kernel("matmul_v2")(MM_X, MM_W, trans_x=False, trans_y=False)
+    np.testing.assert_array_equal(out.reshape(-1), np.array(PADDLE_MM, np.float32))
+    rng = np.random.default_rng(0)
+    for m, k, n in [(1, 1, 2), (5, 9, 3), (8, 40, 17)]:
+        x, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+        want = np.zeros((m, n), np.float32)
+        for i in range(k):
+            want = want + x[:, i:i + 1] * w[i:i + 1, :]
+        for op, got in (("mul", _kernel("mul")(x, w, x_num_col_dims=1, y_num_col_dims=1)),
+                        ("matmul_v2", _kernel("matmul_v2")(x, w, trans_x=False, trans_y=False))):
+            assert got.tobytes() == want.tobytes(), op

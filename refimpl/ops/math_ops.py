@@ -26,6 +26,23 @@ def _mul_infer(ins, attrs):
     return {"Out": (tuple(xs[:attrs["x_num_col_dims"]]) + tuple(ys[attrs["y_num_col_dims"]:]), dt)}
 
 
+SMALL_MATMUL = 1 << 16  # multiply-adds up to which a 2-D product adds over k in order
+
+
+def mm(a, b):
+    """``a @ b`` (batched). A small product adds each output's terms in order k = 0, 1, ... (every product
+    and sum rounded), as Paddle's CPU (MKL) kernels do for most small shapes with two or more output
+    columns, where BLAS blocks the sum; larger products, and matrix-vector ones, use BLAS.
+
+    (NumPy reduces a non-innermost axis of a contiguous array in order; the products' array is
+    (M, K, N), so the sum over K runs k = 0, 1, ... for every (m, n).)"""
+    if a.ndim >= 2 and b.ndim >= 2 and a.shape[-1] > 0 and b.shape[-1] > 1 and a.dtype == b.dtype:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        if _prod(batch, 1) * a.shape[-2] * a.shape[-1] * b.shape[-1] <= SMALL_MATMUL:
+            return np.add.reduce(a[..., :, :, None] * b[..., None, :, :], axis=-2)
+    return np.matmul(a, b)
+
+
 def _flat2(a, ncol):
     return a.reshape(_prod(a.shape[:ncol], 1), -1)
 
@@ -35,8 +52,8 @@ def _flat2(a, ncol):
              grad=simple_grad("mul_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"]))
 def mul(X, Y, *, x_num_col_dims, y_num_col_dims):
     if X.ndim == 2 and Y.ndim == 2:
-        return X @ Y
-    out = _flat2(X, x_num_col_dims) @ _flat2(Y, y_num_col_dims)
+        return mm(X, Y)
+    out = mm(_flat2(X, x_num_col_dims), _flat2(Y, y_num_col_dims))
     return out.reshape(X.shape[:x_num_col_dims] + Y.shape[y_num_col_dims:])
 
 
@@ -45,8 +62,8 @@ def mul(X, Y, *, x_num_col_dims, y_num_col_dims):
 def mul_grad(X, Y, dOut, *, x_num_col_dims, y_num_col_dims, need):
     x2, y2 = _flat2(X, x_num_col_dims), _flat2(Y, y_num_col_dims)
     d2 = dOut.reshape(x2.shape[0], y2.shape[1])
-    dx = (d2 @ y2.T).reshape(X.shape) if need[0] else None
-    dy = (x2.T @ d2).reshape(Y.shape) if need[1] else None
+    dx = mm(d2, y2.T).reshape(X.shape) if need[0] else None
+    dy = mm(x2.T, d2).reshape(Y.shape) if need[1] else None
     return dx, dy
 
 
@@ -79,9 +96,15 @@ def _t(a, flag):
              infer_shape=_matmul_infer,
              grad=simple_grad("matmul_v2_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"]))
 def matmul_v2(X, Y, *, trans_x, trans_y):
-    if X.ndim < 2 or Y.ndim < 2:
-        return np.asarray(np.matmul(X.T if trans_x else X, Y.T if trans_y else Y))
-    return np.matmul(_t(X, trans_x), _t(Y, trans_y))
+    """A vector X (Y) is a one-row (one-column) matrix whose dim is dropped from Out."""
+    x = X[None, :] if X.ndim == 1 else _t(X, trans_x)
+    y = Y[:, None] if Y.ndim == 1 else _t(Y, trans_y)
+    out = mm(x, y)
+    if X.ndim == 1:
+        out = out[..., 0, :]
+    if Y.ndim == 1:
+        out = out[..., 0]
+    return out
 
 
 @register_op("matmul_v2_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"],
@@ -96,10 +119,10 @@ def matmul_v2_grad(X, Y, dOut, *, trans_x, trans_y, need):
         x, d = x[None, :], d[..., None, :]
     dx = dy = None
     if need[0]:
-        dx = np.matmul(d, _t(y, not trans_y)) if not trans_x else np.matmul(_t(y, trans_y), _t(d, True))
+        dx = mm(d, _t(y, not trans_y)) if not trans_x else mm(_t(y, trans_y), _t(d, True))
         dx = reduce_to(dx, x.shape).reshape(X.shape)
     if need[1]:
-        dy = np.matmul(_t(x, not trans_x), d) if not trans_y else np.matmul(_t(d, True), _t(x, trans_x))
+        dy = mm(_t(x, not trans_x), d) if not trans_y else mm(_t(d, True), _t(x, trans_x))
         dy = reduce_to(dy, y.shape).reshape(Y.shape)
     return dx, dy
 
