@@ -115,14 +115,14 @@ class KernelTimes:
     """
 
     def __init__(self, cuda):
+        from cuda_backend.compile_check import name_of, recipe
         self.cuda, self.last, self.t0, self.times = cuda, None, 0.0, {}
+        self.name = lambda kernel: name_of(recipe(kernel)).split(":", 1)[1]  # the kernel's name, less its module
 
     def __call__(self, kernel, args):
         self.cuda.synchronize()
         self.lap(time.perf_counter())
-        fn = getattr(kernel, "py_func", None) or getattr(kernel, "fn", None)
-        recipe = getattr(kernel, "refimpl_recipe", None)
-        self.last = ":".join(map(str, recipe[2:4])) if recipe else fn.__name__
+        self.last = self.name(kernel)
 
     def lap(self, now):
         if self.last is not None:

@@ -15,6 +15,11 @@ Use: ``refimpl.set_backend("cuda")``, ``REFIMPL_BACKEND=cuda`` or
 from .device import CudaUnavailable, available, simulated, to_host  # noqa: F401
 from . import device as _device
 
+import importlib
+
+# the modules that register kernels (``ew`` holds the shared ones they are made from)
+OP_MODULES = ("ops_activation", "ops_collective", "ops_creation", "ops_manipulation", "ops_math", "ops_matmul",
+              "ops_nn", "ops_optimizer")
 _installed = []
 
 
@@ -22,8 +27,8 @@ def require():
     """Check that CUDA (or the simulator) is there, then register every cuda kernel once."""
     _device.require()
     if not _installed:
-        from . import (ops_activation, ops_collective, ops_creation, ops_manipulation,  # noqa: F401
-                       ops_math, ops_matmul, ops_nn, ops_optimizer)
+        for name in OP_MODULES:
+            importlib.import_module(f"{__name__}.{name}")
         _installed.append(True)
 
 

@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from . import device
+from . import OP_MODULES, device
 
 
 class CompileError(RuntimeError):
@@ -197,26 +197,23 @@ def compile_all(launches, arch="sm_90", cubin=True, out=None):
     return done
 
 
-KERNEL_MODULES = ("ew", "ops_activation", "ops_collective", "ops_creation", "ops_manipulation", "ops_math",
-                  "ops_matmul", "ops_nn", "ops_optimizer")
-
-
 def defined_kernels():
     """Names (as in :func:`name_of`, less the dtype) of every kernel, functor and factory the backend defines."""
     from numba.cuda.dispatcher import CUDADispatcher
     from .ew import Functor
     names = set()
-    for short in KERNEL_MODULES:
+    for short in ("ew",) + OP_MODULES:
         mod = importlib.import_module(f"{__package__}.{short}")
-        for attr, obj in vars(mod).items():
-            if getattr(obj, "__module__", mod.__name__) != mod.__name__ and not isinstance(obj, Functor):
-                continue
+        for attr, obj in vars(mod).items():  # defined here, not imported: a kernel or a functor
             if isinstance(obj, CUDADispatcher) and not obj.targetoptions.get("device"):
+                fn = obj.py_func
+            elif isinstance(obj, Functor):
+                fn = obj.make
+            else:
+                continue
+            if fn.__module__ == mod.__name__:
                 names.add(f"{mod.__name__}:{attr}")
-            elif isinstance(obj, Functor) and obj.make.__module__ == mod.__name__:
-                names.add(f"{mod.__name__}:{attr}")
-    names.add(f"{__package__}.ops_optimizer:_adam_kernel")
-    return names
+    return names | set(device.FACTORIES)
 
 
 def unlaunched(launches):

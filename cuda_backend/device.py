@@ -14,6 +14,7 @@ covers the data, under the simulator (``NUMBA_ENABLE_CUDASIM=1``, one Python
 thread per CUDA thread) it is a couple of threads, set by
 ``REFIMPL_CUDASIM_LAUNCH="blocks,threads"`` (default "1,2").
 """
+import functools
 import math
 import os
 import threading
@@ -134,6 +135,20 @@ def tag(kernel, *recipe):
     """Mark a kernel made by a factory with how to make it again (see ``compile_check.resolve``)."""
     kernel.refimpl_recipe = recipe
     return kernel
+
+
+FACTORIES = []  # "module:qualname" of every kernel_factory, for compile_check
+
+
+def kernel_factory(make):
+    """Decorator for ``make(DT)`` returning a kernel for scalar type DT: one kernel per dtype, tagged."""
+    name = (make.__module__, make.__qualname__)
+    FACTORIES.append(":".join(name))
+
+    @functools.lru_cache(maxsize=None)
+    def made(DT):
+        return tag(make(DT), "factory", *name, np.dtype(DT).str)
+    return made
 
 
 # ---- arrays ----------------------------------------------------------------------------

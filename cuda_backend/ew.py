@@ -241,7 +241,7 @@ def _tree_plan(n):
     that one launch per height computes them all. Returns (start, size,
     [(ids, left, right) per height], root).
     """
-    leaves, inner = [], []  # inner: (height, left id or ("i", k), right)
+    leaves, inner = [], []  # leaves: (start, size); inner: (height, left ref, right ref)
 
     def build(s, m):
         if m <= PW_BLOCK:

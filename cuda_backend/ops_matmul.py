@@ -16,7 +16,7 @@ import numpy as np
 from refimpl.ops.registry import register_kernel
 
 from . import ew
-from .device import MAXD, cuda, dev, empty, flat, launch_config, padded, simulated
+from .device import MAXD, contiguous_strides, cuda, dev, empty, flat, launch_config, padded, simulated
 
 T = 2 if simulated() else 16  # threads per block side (T x T threads)
 R = 2 if simulated() else 4   # outputs per thread side: a block computes a (T*R) x (T*R) tile
@@ -75,14 +75,6 @@ def _bmm(a, b, c, M, N, K, a_si, a_sk, b_sk, b_sj, bshape, a_bst, b_bst, zero):
                     c[(t * M + i) * N + j] = acc[r, q]
 
 
-def _strides(shape):
-    st, acc = [], 1
-    for d in reversed(shape):
-        st.append(acc)
-        acc *= d
-    return tuple(reversed(st))
-
-
 def bmm(A, B, trans_a=False, trans_b=False):
     """``op(A) @ op(B)`` for device arrays of rank >= 2 (batch dims broadcast)."""
     A, B = dev(A), dev(B)
@@ -95,7 +87,7 @@ def bmm(A, B, trans_a=False, trans_b=False):
     out = empty(batch + (M, N), A.dtype)
     if out.size == 0:
         return out
-    ast, bst = _strides(ash), _strides(bsh)
+    ast, bst = contiguous_strides(ash), contiguous_strides(bsh)
     a_si, a_sk = (ast[-1], ast[-2]) if trans_a else (ast[-2], ast[-1])
     b_sk, b_sj = (bst[-1], bst[-2]) if trans_b else (bst[-2], bst[-1])
     a_bst = _batch_strides(ash, ast, batch)

@@ -86,11 +86,11 @@ def _row_sums(x2, lanes=False):
     return out
 
 
-def _row_means(x2):
-    """Row means as Paddle's CPU layer_norm: float32 rows of 8 or more take the AVX kernel
-    (8-lane sums times 1/n), others sum in order and divide by n (the NumPy kernel's order)."""
+def _row_means(x2, avx=True):
+    """Row means as Paddle's CPU layer_norm: with ``avx``, float32 rows of 8 or more take the AVX
+    kernel (8-lane sums times 1/n); others sum in order and divide by n (the NumPy kernel's order)."""
     dt, n = x2.dtype, x2.shape[1]
-    if dt == np.float32 and n >= 8:
+    if avx and dt == np.float32 and n >= 8:
         return ew.run1(f_times, _row_sums(x2, lanes=True), np.float32(1) / np.float32(n))
     return ew.run1(f_over, _row_sums(x2), dt.type(n))
 
@@ -130,8 +130,8 @@ def layer_norm_grad(X, Scale, Bias, Mean, Variance, dY, *, epsilon, begin_norm_a
         # as the NumPy kernel (Paddle's CPU kernel): Scale enters dx only when Scale@GRAD is computed
         use_scale = Scale is not None and need[1]
         g = ew.run_n(f_mul, [dy, dev(Scale).reshape((1, n))]) if use_scale else dy
-        t = ew.run_n(f_sub, [g, _col(ew.run1(f_over, _row_sums(g), dt.type(n)))])
-        m2 = ew.run1(f_over, _row_sums(ew.run_n(f_mul, [g, xhat])), dt.type(n))
+        t = ew.run_n(f_sub, [g, _col(_row_means(g, avx=False))])
+        m2 = _row_means(ew.run_n(f_mul, [g, xhat]), avx=False)
         t = ew.run_n(f_sub, [t, ew.run_n(f_mul, [xhat, _col(m2)])])
         dx = ew.run_n(f_div, [t, std]).reshape(tuple(X.shape))
     return dx, dscale, dbias

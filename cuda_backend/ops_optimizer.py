@@ -8,14 +8,12 @@ beta powers are advanced by a second one-thread launch after the update has
 read them. ``SkipUpdate`` and the ``Beta*Tensor`` inputs are read back to
 the host, as Paddle's CPU path does.
 """
-import functools
-
 import numpy as np
 
 from refimpl.ops.optimizer_ops import _same_shape
 from refimpl.ops.registry import register_kernel
 
-from .device import cuda, dev, flat, launch, launch_config, scalar_of, tag
+from .device import cuda, dev, flat, kernel_factory, launch, launch_config, scalar_of
 from .fmath import sqrt64
 from .ops_manipulation import cast_to
 
@@ -91,7 +89,7 @@ def fused64(a, b, c):
     return np.float64(a) * np.float64(b) + np.float64(c)
 
 
-@functools.lru_cache(maxsize=None)
+@kernel_factory
 def _adam_kernel(DT):
     """The NumPy kernel's order: float32 with Paddle's AVX fused multiply-adds, other dtypes step by step."""
     one = DT(1)
@@ -135,7 +133,7 @@ def _adam_kernel(DT):
                 p[i] = DT(fused64(step, -lr_t, pi))
             else:
                 p[i] = pi - step * lr_t
-    return tag(adam, "factory", __name__, "_adam_kernel", np.dtype(DT).str)
+    return adam
 
 
 @cuda.jit

@@ -17,7 +17,7 @@ from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 from refimpl.core.scope import global_scope
 
 from .backend import to_device, to_host
-from .executor import check_feed
+from .executor import _name_of, check_feed
 from .garbage_collector import Memory
 from .gc_plan import no_need_buffer_inputs
 from .prepared import PreparedBlock
@@ -108,17 +108,19 @@ class PlanExecutor:
 
 
 def _checked_feed(plan, feed):
-    """``feed`` checked as ``Executor.run`` checks it, against each job program that declares a fed var
-    (a rank that does not read a feed, e.g. a later pipeline stage, takes it unchecked)."""
+    """``feed`` checked as ``Executor.run`` checks it, each var against the first job program that
+    declares it (a rank that does not read a feed, e.g. a later pipeline stage, takes it unchecked)."""
     if not feed:
         return feed
     if not isinstance(feed, dict):
         raise InvalidArgument(f"feed must be a dict {{name: array}}, got {type(feed).__name__}")
-    out = {k if isinstance(k, str) else k.name: v for k, v in feed.items()}
+    out = {_name_of(k): v for k, v in feed.items()}
+    unchecked = set(out)
     for t in plan.job_types():
         program = plan.program(t)
-        declared = program.global_block().vars
-        out.update(check_feed(program, {k: v for k, v in out.items() if k in declared}))
+        mine = unchecked & set(program.global_block().vars)
+        out.update(check_feed(program, {k: out[k] for k in mine}))
+        unchecked -= mine
     return out
 
 

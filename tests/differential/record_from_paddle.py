@@ -32,16 +32,9 @@ from fuzz_vs_paddle import paddle_program_dict  # noqa: E402
 
 
 # ---------------------------------------------------------------- sources
-def _module(path, name):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def sources():
     """[(tag, models module for Paddle, models module for refimpl, recorded entries)]."""
+    from generate import load_module as _module
     from oracle import ORACLE
     pub, ext = os.path.join(ORACLE, "models.py"), os.path.join(ROOT, "tests", "oracle_extra", "extra_models.py")
     return [("public", _module(pub, "p_pub"), _module(pub, "r_pub"), "PUBLIC"),
