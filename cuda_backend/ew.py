@@ -220,11 +220,23 @@ def pw_sum(g, s, step, n, zero, V):
     return ret
 
 
+@cuda.jit(device=True)
+def row_sum(x, r, base, n, inner, zero, scratch):
+    """Sum of row ``r``, x[base + j * inner] for j < n, in NumPy's order: pairwise when the row is
+    contiguous, in order otherwise. ``scratch``: one :func:`pw_sum` scratch row per row (or one dummy)."""
+    if inner == 1:
+        return pw_sum(x, base, 1, n, zero, scratch[r if scratch.shape[0] > 1 else 0])
+    total = zero
+    for j in range(n):
+        total += x[base + j * inner]
+    return total
+
+
 @cuda.jit
 def _sum_inner(g, out, n, zero, scratch):
     """out[o] = pairwise sum of the n contiguous elements g[o*n : o*n+n]."""
     for o in range(cuda.grid(1), out.size, cuda.gridsize(1)):
-        out[o] = pw_sum(g, o * n, 1, n, zero, scratch[o if scratch.shape[0] > 1 else 0])
+        out[o] = row_sum(g, o, o * n, n, 1, zero, scratch)
 
 
 # ---- the same pairwise sums, spread over threads -----------------------------------------------------

@@ -260,12 +260,7 @@ def _softmax_rows(x, out, n, inner, clip, zero, scratch):
         for j in range(n):
             s = x[base + j * inner] - m
             out[base + j * inner] = exp64(clip if s < clip else s)
-        if inner == 1:
-            total = ew.pw_sum(out, base, 1, n, zero, scratch[r if scratch.shape[0] > 1 else 0])
-        else:
-            total = zero
-            for j in range(n):
-                total += out[base + j * inner]
+        total = ew.row_sum(out, r, base, n, inner, zero, scratch)
         for j in range(n):
             out[base + j * inner] = out[base + j * inner] / total
 
@@ -274,12 +269,7 @@ def _softmax_rows(x, out, n, inner, clip, zero, scratch):
 def _softmax_grad_rows(o, d, prod, out, n, inner, zero, scratch):
     for r in range(cuda.grid(1), out.size // n, cuda.gridsize(1)):
         base = (r // inner) * n * inner + r % inner
-        if inner == 1:
-            s = ew.pw_sum(prod, base, 1, n, zero, scratch[r if scratch.shape[0] > 1 else 0])
-        else:
-            s = zero
-            for j in range(n):
-                s += prod[base + j * inner]
+        s = ew.row_sum(prod, r, base, n, inner, zero, scratch)
         for j in range(n):
             k = base + j * inner
             out[k] = o[k] * (d[k] - s)

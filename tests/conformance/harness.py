@@ -60,6 +60,17 @@ def run_recorded(d, backend, steps=None):
     return {"losses": losses, "final": final, "gc": gc_events(trace), "stats": stats, "program": prog}
 
 
+def assert_same_run(got, ref):
+    """Two runs (dicts of :func:`run_recorded`'s kind) agree: the same GC events and memory stats,
+    losses and final persistables within :func:`assert_close`."""
+    assert got["gc"] == ref["gc"]
+    assert got["stats"] == ref["stats"]
+    for step, (g, w) in enumerate(zip(got["losses"], ref["losses"])):
+        assert_close(g, w, what=f"loss of step {step}")
+    for name, w in ref["final"].items():
+        assert_close(got["final"][name], w, what=name)
+
+
 def assert_close(got, want, rtol=1e-6, atol=1e-7, what=""):
     """Equal within rtol (atol only absorbs values that are zero up to rounding)."""
     got, want = np.asarray(got), np.asarray(want)

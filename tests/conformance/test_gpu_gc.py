@@ -23,7 +23,7 @@ from refimpl.framework import Program
 
 import cuda_backend
 from cuda_backend import garbage_collector as ggc
-from harness import assert_close, gc_events, place, put
+from harness import assert_same_run, gc_events, place, put
 from oracle import array, case_files, load
 
 CASES = [p for p in case_files() if os.path.basename(p).startswith(("00_", "06_"))]  # MLP; gradient merge
@@ -68,12 +68,7 @@ def test_gpu_collectors_give_the_cpu_trace_and_numbers(path, mode, gb):
     assert ref["gc_class"] is GarbageCollector
     assert got["gc_class"] is (ggc.UnsafeFastGarbageCollector if MODES[mode] else ggc.StreamGarbageCollector)
     assert any(e[0] == "free" for e in ref["gc"])
-    assert got["gc"] == ref["gc"]
-    assert got["stats"] == ref["stats"]
-    for step, (g, w) in enumerate(zip(got["losses"], ref["losses"])):
-        assert_close(g, w, what=f"loss of step {step}")
-    for name, w in ref["final"].items():
-        assert_close(got["final"][name], w, what=name)
+    assert_same_run(got, ref)
 
 
 def test_batching_changes_the_trace_the_same_way_on_both_backends():

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from harness import assert_close, run_recorded
+from harness import assert_same_run, run_recorded
 from oracle import EXTRA, case_files, load
 
 ALL = case_files() + sorted(glob.glob(os.path.join(EXTRA, "*.json")))
@@ -22,10 +22,4 @@ ALL = case_files() + sorted(glob.glob(os.path.join(EXTRA, "*.json")))
 @pytest.mark.parametrize("path", ALL, ids=[os.path.basename(p) for p in ALL])
 def test_same_numbers_and_gc_on_both_backends(path):
     d = load(path)
-    ref, got = run_recorded(d, "numpy"), run_recorded(d, "cuda")
-    assert got["gc"] == ref["gc"]
-    assert got["stats"] == ref["stats"]
-    for step, (g, w) in enumerate(zip(got["losses"], ref["losses"])):
-        assert_close(g, w, what=f"loss of step {step}")
-    for name, w in ref["final"].items():
-        assert_close(got["final"][name], w, what=name)
+    assert_same_run(run_recorded(d, "cuda"), run_recorded(d, "numpy"))
