@@ -17,6 +17,7 @@ thread per CUDA thread) it is a couple of threads, set by
 import functools
 import math
 import os
+import sys
 import threading
 
 import numpy as np
@@ -82,8 +83,43 @@ def _no_fma_contraction():
     nvvm.compile_ir = compile_ir
 
 
+def _locked_shared_arrays():
+    """Make the simulator's ``cuda.shared.array`` give every thread of a block the same array.
+
+    The simulator (numba-cuda 0.30) keys a block's shared arrays by the
+    calling line, looked up and then stored without a lock: a thread switch
+    between the two lets threads of one block each allocate an array of
+    their own, so a kernel that exchanges data through shared memory (the
+    tiled matmul) reads garbage once in a while. Looking up and storing
+    under one lock restores what a GPU guarantees.
+    """
+    from numba.cuda.simulator import kernelapi
+    from numba.core import types
+    from numba.np import numpy_support
+    shared = kernelapi.FakeCUDAShared
+    if getattr(shared.array, "_refimpl", False):
+        return
+    original, lock = shared.array, threading.Lock()
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:  # dynamic shared memory (one buffer), or the simulator's error
+            return original(self, shape, dtype, alignment)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            res = self._allocations.get(key)
+            if res is None:
+                dtype = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
+                res = self._allocations[key] = np.empty(shape, dtype)
+        return res
+    array._refimpl, array.__wrapped__ = True, original
+    shared.array = array
+
+
 if cuda is not None and not _nb_config.ENABLE_CUDASIM:
     _no_fma_contraction()
+if cuda is not None and _nb_config.ENABLE_CUDASIM:
+    _locked_shared_arrays()
 
 
 # ---- launch configuration --------------------------------------------------------

@@ -1,0 +1,67 @@
+"""The simulator's shared memory is one array per block, as on a GPU, however threads interleave.
+
+numba-cuda's simulator looks a shared array up and stores it without a lock;
+``cuda_backend.device`` serializes the two. A dict whose lookups yield the
+interpreter (a short sleep) forces the interleaving that, unpatched, gives
+each thread an array of its own: the first test shows the simulator's
+method failing under it, the second the backend's passing.
+"""
+import time
+
+import numpy as np
+import pytest
+
+import cuda_backend  # noqa: F401  (installs the locked shared arrays under the simulator)
+from cuda_backend.device import cuda, simulated
+
+pytestmark = pytest.mark.skipif(not simulated(), reason="checks the simulator itself (runs under NUMBA_ENABLE_CUDASIM=1)")
+
+THREADS = 8
+
+
+class _YieldingDict(dict):
+    def get(self, key, default=None):
+        found = super().get(key, default)
+        time.sleep(0.002)  # other threads run between this lookup and the store that follows it
+        return found
+
+
+@pytest.fixture
+def yielding_lookups(monkeypatch):
+    from numba.cuda.simulator import kernelapi
+    init = kernelapi.FakeCUDAShared.__init__
+
+    def patched(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self._allocations = _YieldingDict()
+    monkeypatch.setattr(kernelapi.FakeCUDAShared, "__init__", patched)
+    return kernelapi.FakeCUDAShared
+
+
+@cuda.jit
+def _exchange(out):
+    sh = cuda.shared.array(THREADS, np.float64)
+    t = cuda.threadIdx.x
+    sh[t] = t + 1
+    cuda.syncthreads()
+    s = 0.0
+    for i in range(THREADS):
+        s += sh[i]
+    out[t] = s
+
+
+def _run():
+    out = np.zeros(THREADS)
+    _exchange[1, THREADS](out)
+    return out
+
+
+def test_unlocked_simulator_lookup_splits_a_blocks_shared_array(yielding_lookups, monkeypatch):
+    original = yielding_lookups.array.__wrapped__
+    monkeypatch.setattr(yielding_lookups, "array", original)
+    assert not (_run() == THREADS * (THREADS + 1) / 2).all()
+
+
+def test_locked_lookup_gives_every_thread_the_same_shared_array(yielding_lookups):
+    assert getattr(yielding_lookups.array, "_refimpl", False)
+    np.testing.assert_array_equal(_run(), np.full(THREADS, THREADS * (THREADS + 1) / 2))
