@@ -14,6 +14,7 @@ covers the data, under the simulator (``NUMBA_ENABLE_CUDASIM=1``, one Python
 thread per CUDA thread) it is a couple of threads, set by
 ``REFIMPL_CUDASIM_LAUNCH="blocks,threads"`` (default "1,2").
 """
+import contextlib
 import functools
 import math
 import os
@@ -183,8 +184,20 @@ def kernel_factory(make):
 
     @functools.lru_cache(maxsize=None)
     def made(DT):
-        return tag(make(DT), "factory", *name, np.dtype(DT).str)
+        with making_kernels():
+            return tag(make(DT), "factory", *name, np.dtype(DT).str)
     return made
+
+
+def making_kernels():
+    """Hold while a factory makes kernels: under the simulator, the lock launches take.
+
+    A factory's ``@cuda.jit`` reads its module's ``cuda``, which the
+    simulator replaces by its fake module (which has no ``jit``) while a
+    kernel of that module runs; an in-process rank that makes a kernel while
+    another rank launches one must wait for the launch.
+    """
+    return _SIM_LOCK if simulated() else contextlib.nullcontext()
 
 
 # ---- arrays ----------------------------------------------------------------------------

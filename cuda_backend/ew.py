@@ -25,7 +25,8 @@ import functools
 
 import numpy as np
 
-from .device import MAXD, bcast_strides, contiguous_strides, cuda, dev, empty, flat, launch, padded, tag, to_device
+from .device import (MAXD, bcast_strides, contiguous_strides, cuda, dev, empty, flat, launch, making_kernels, padded,
+                     tag, to_device)
 
 PW_BLOCK = 128  # NumPy's PW_BLOCKSIZE
 _STACK = 48     # depth of the pairwise-sum stack (enough for 2^48 elements)
@@ -108,11 +109,12 @@ class Functor:
         dtype = np.dtype(dtype)
         k = self.cache.get(dtype)
         if k is None:
-            f = cuda.jit(device=True)(self.make(dtype.type))
-            same, bc = _MAKERS[self.arity]
-            name = (self.make.__module__, self.make.__qualname__, dtype.str)
-            k = self.cache[dtype] = (tag(same(f), "functor", *name, 0),
-                                     tag(bc(f), "functor", *name, 1) if bc else None)
+            with making_kernels():
+                f = cuda.jit(device=True)(self.make(dtype.type))
+                same, bc = _MAKERS[self.arity]
+                name = (self.make.__module__, self.make.__qualname__, dtype.str)
+                k = self.cache[dtype] = (tag(same(f), "functor", *name, 0),
+                                         tag(bc(f), "functor", *name, 1) if bc else None)
         return k
 
 
