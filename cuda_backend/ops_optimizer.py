@@ -10,7 +10,7 @@ the host, as Paddle's CPU path does.
 """
 import numpy as np
 
-from refimpl.ops.optimizer_ops import _same_shape
+from refimpl.ops.optimizer_ops import _same_shape, adam_kernels
 from refimpl.ops.registry import register_kernel
 
 from .device import cuda, dev, flat, kernel_factory, launch, launch_config, scalar_of
@@ -166,24 +166,7 @@ def _adam(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Bet
     return (_sync(Param, p) if master else p), m1, m2, m2max, b1pow, b2pow, (p if master else None)
 
 
-def adam(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow, MasterParam,
-         SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, *, beta1, beta2, epsilon,
-         multi_precision, use_global_beta_pow, amsgrad):
-    attrs = dict(beta1=beta1, beta2=beta2, epsilon=epsilon, multi_precision=multi_precision,
-                 use_global_beta_pow=use_global_beta_pow, amsgrad=amsgrad)
-    return _adam(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow, MasterParam,
-                 SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, attrs, None)
-
-
-def adamw(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow, MasterParam,
-          SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, *, beta1, beta2, epsilon, lr_ratio,
-          coeff, with_decay, multi_precision, use_global_beta_pow, amsgrad):
-    attrs = dict(beta1=beta1, beta2=beta2, epsilon=epsilon, multi_precision=multi_precision,
-                 use_global_beta_pow=use_global_beta_pow, amsgrad=amsgrad)
-    decay = (lr_ratio, coeff if with_decay else 0.0)
-    return _adam(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow, MasterParam,
-                 SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, attrs, decay)
-
+adam, adamw = adam_kernels(_adam)
 
 register_kernel("sgd", "cuda", sgd)
 register_kernel("momentum", "cuda", momentum)

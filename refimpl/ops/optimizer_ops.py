@@ -209,22 +209,27 @@ def _adam_kernel(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1P
     return tuple(outs)
 
 
-@register_op("adam", _ADAM_IN, _ADAM_OUT, _ADAM_ATTRS, infer_shape=_adam_infer, check=UPDATE_CHECK)
-def adam(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow, MasterParam,
-         SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, *, beta1, beta2, epsilon,
-         multi_precision, use_global_beta_pow, amsgrad):
-    attrs = dict(beta1=beta1, beta2=beta2, epsilon=epsilon, multi_precision=multi_precision,
-                 use_global_beta_pow=use_global_beta_pow, amsgrad=amsgrad)
-    return _adam_kernel(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow,
-                        MasterParam, SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, attrs, None)
+def adam_kernels(update):
+    """The adam and adamw kernels over one backend's Adam ``update(*slots, attrs, decay)``.
+
+    ``slots`` are the inputs in ``_ADAM_IN``'s order; the kernels' keyword
+    arguments are the attrs the registry passes. adam updates with
+    ``decay=None``; adamw with its decoupled weight decay ``(lr_ratio, coeff)``,
+    ``coeff`` 0 when ``with_decay`` is off.
+    """
+    def adam(*slots, beta1, beta2, epsilon, multi_precision, use_global_beta_pow, amsgrad):
+        attrs = dict(beta1=beta1, beta2=beta2, epsilon=epsilon, multi_precision=multi_precision,
+                     use_global_beta_pow=use_global_beta_pow, amsgrad=amsgrad)
+        return update(*slots, attrs, None)
+
+    def adamw(*slots, beta1, beta2, epsilon, lr_ratio, coeff, with_decay, multi_precision, use_global_beta_pow,
+              amsgrad):
+        attrs = dict(beta1=beta1, beta2=beta2, epsilon=epsilon, multi_precision=multi_precision,
+                     use_global_beta_pow=use_global_beta_pow, amsgrad=amsgrad)
+        return update(*slots, attrs, (lr_ratio, coeff if with_decay else 0.0))
+    return adam, adamw
 
 
-@register_op("adamw", _ADAM_IN, _ADAM_OUT, _ADAMW_ATTRS, infer_shape=_adam_infer, check=UPDATE_CHECK)
-def adamw(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow, MasterParam,
-          SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, *, beta1, beta2, epsilon, lr_ratio,
-          coeff, with_decay, multi_precision, use_global_beta_pow, amsgrad):
-    attrs = dict(beta1=beta1, beta2=beta2, epsilon=epsilon, multi_precision=multi_precision,
-                 use_global_beta_pow=use_global_beta_pow, amsgrad=amsgrad)
-    decay = (lr_ratio, coeff if with_decay else 0.0)
-    return _adam_kernel(Param, Grad, LearningRate, Moment1, Moment2, Moment2Max, Beta1Pow, Beta2Pow,
-                        MasterParam, SkipUpdate, Beta1Tensor, Beta2Tensor, EpsilonTensor, attrs, decay)
+adam, adamw = adam_kernels(_adam_kernel)
+register_op("adam", _ADAM_IN, _ADAM_OUT, _ADAM_ATTRS, infer_shape=_adam_infer, check=UPDATE_CHECK)(adam)
+register_op("adamw", _ADAM_IN, _ADAM_OUT, _ADAMW_ATTRS, infer_shape=_adam_infer, check=UPDATE_CHECK)(adamw)
