@@ -117,10 +117,11 @@ def _locked_shared_arrays():
     shared.array = array
 
 
-if cuda is not None and not _nb_config.ENABLE_CUDASIM:
-    _no_fma_contraction()
-if cuda is not None and _nb_config.ENABLE_CUDASIM:
-    _locked_shared_arrays()
+if cuda is not None:
+    if _nb_config.ENABLE_CUDASIM:
+        _locked_shared_arrays()
+    else:
+        _no_fma_contraction()
 
 
 # ---- launch configuration --------------------------------------------------------

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-import cuda_backend  # noqa: F401  (installs the locked shared arrays under the simulator)
+import cuda_backend  # (importing it installs the locked shared arrays under the simulator)
 from cuda_backend import ew
 from cuda_backend.device import LAUNCH_HOOKS, cuda, simulated
 from cuda_backend.ops_math import f_neg
