@@ -12,10 +12,10 @@ Use: ``refimpl.set_backend("cuda")``, ``REFIMPL_BACKEND=cuda`` or
 ``Executor(CUDAPlace(0))``; importing this package registers nothing until
 :func:`require` succeeds.
 """
+import importlib
+
 from .device import CudaUnavailable, available, simulated, to_host  # noqa: F401
 from . import device as _device
-
-import importlib
 
 # the modules that register kernels (``ew`` holds the shared ones they are made from)
 OP_MODULES = ("ops_activation", "ops_collective", "ops_creation", "ops_manipulation", "ops_math", "ops_matmul",
