@@ -421,8 +421,15 @@ def test_vector_dot_product_grad_and_empty_mean_grad():
 
 
 # ---- small matmuls add over k in order, as Paddle's CPU kernel ------------------------------------------
-MM_X = ((np.arange(12, dtype=np.float32).reshape(3, 4) * np.float32(0.37) - np.float32(1.9)) ** 3).astype(np.float32)
-MM_W = ((np.arange(8, dtype=np.float32).reshape(4, 2) * np.float32(-0.61) + np.float32(1.3)) ** 3).astype(np.float32)
+# The inputs given to Paddle, as exact float32 values (NumPy's float32 ``**`` differs by an ulp between CPUs,
+# so they are written out rather than computed)
+MM_X = np.array([-6.858999729156494, -3.5815768241882324, -1.5608959197998047, -0.49303892254829407,
+                 -0.07408797740936279, -0.0001249996421393007, 0.03276801481842995, 0.32850927114486694,
+                 1.1910161972045898, 2.9242067337036133, 5.832000732421875, 10.218314170837402],
+                np.float32).reshape(3, 4)
+MM_W = np.array([2.1969997882843018, 0.3285089135169983, 0.0005119985435158014, -0.1488770693540573,
+                 -1.4815443754196167, -5.359377384185791, -13.144258499145508, -26.198074340820312],
+                np.float32).reshape(4, 2)
 # Paddle 3.3.1 (matmul_v2 on the CPU) on MM_X @ MM_W; NumPy's BLAS differs in the last bits
 PADDLE_MM = [-6.277887344360352, 19.56207275390625, -4.529329299926758, -8.806245803833008,
              -140.33436584472656, -299.0001525878906]

@@ -48,7 +48,7 @@ class OpDef:
     """Everything refimpl knows about one op type."""
 
     def __init__(self, type, inputs, outputs, attrs, infer_shape=None, grad=None,
-                 no_need_buffer=(), inplace=None, prepare=None, check=None):
+                 no_need_buffer=(), inplace=None, prepare=None, check=None, writes_inputs=False):
         self.type = type
         self.inputs = _parse_slots(inputs)
         self.outputs = _parse_slots(outputs)
@@ -59,6 +59,9 @@ class OpDef:
         self.inplace = dict(inplace or {})    # output slot -> input slot
         self.prepare = prepare                # executor hook for control-flow ops
         self.check = check                    # {"same_shape": slots, "one_value": slots} for in-place updates
+        # True when the kernel may write into an input array it also returns (optimizer updates,
+        # collectives on a coalesced buffer): the executor cannot undo such a write after a failure
+        self.writes_inputs = bool(writes_inputs)
         self.kernels = {}                     # backend -> (fn, attr names it reads, wants need)
 
     def input_slot_names(self):
