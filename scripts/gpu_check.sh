@@ -4,7 +4,7 @@
 # an NCCL all_reduce between 2 ranks (on one GPU if that is all there is), and the
 # CUDA benchmark (medium and large MLP, refimpl CPU vs CUDA kernels).
 #
-#     bash scripts/gpu_check.sh            # from the repository root, ../shared beside it
+#     bash scripts/gpu_check.sh            # from the repository root
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0

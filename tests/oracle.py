@@ -1,4 +1,11 @@
-"""Shared helpers for the oracle tests: load ``../shared/oracle`` cases and compare programs."""
+"""Shared helpers for the oracle tests: find recorded Paddle cases and compare programs.
+
+The recorded facts live in the repository's ``oracle/`` folder (a copy of the
+workspace's ``../shared/oracle``; see ``oracle/SYNC.md``), so a fresh clone
+tests itself. When ``../shared/oracle`` is there too, its files win and its
+extra cases join in, since new cases arrive there first. ``$REFIMPL_ORACLE``
+names one folder to read instead of both.
+"""
 import glob
 import importlib.util
 import json
@@ -8,18 +15,43 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORACLE = os.environ.get("REFIMPL_ORACLE", os.path.join(os.path.dirname(ROOT), "shared", "oracle"))
+ORACLE = os.environ.get("REFIMPL_ORACLE", os.path.join(ROOT, "oracle"))
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "oracle")
 EXTRA = os.path.join(ROOT, "tests", "oracle_extra")
 
 IGNORED_ATTRS = {"op_namescope", "op_callstack", "with_quant_attr"}
 UNORDERED = {("conditional_block", "Input"), ("conditional_block", "Out")}
 
 
-def case_files():
-    files = sorted(glob.glob(os.path.join(ORACLE, "programs", "*.json")))
-    if not files:
-        pytest.fail(f"no oracle programs under {ORACLE}; the tests need ../shared/oracle")
-    return files
+def oracle_dirs() -> list[str]:
+    """The oracle folders read, lowest priority first: ``ORACLE``, then ``../shared/oracle`` if present.
+
+    With ``$REFIMPL_ORACLE`` set, only that folder: whoever sets it wants exactly those cases.
+    """
+    if "REFIMPL_ORACLE" in os.environ or not os.path.isdir(SHARED):
+        return [ORACLE]
+    return [ORACLE, SHARED]
+
+
+def oracle_file(relpath: str) -> str:
+    """``relpath`` (e.g. ``"joblists.json"``) in the last oracle folder that has it, else under ``ORACLE``."""
+    for folder in reversed(oracle_dirs()):
+        path = os.path.join(folder, relpath)
+        if os.path.exists(path):
+            return path
+    return os.path.join(ORACLE, relpath)
+
+
+def case_files() -> list[str]:
+    """Every ``programs/*.json`` case of the oracle folders, by file name (a later folder's copy wins)."""
+    by_name = {}
+    for folder in oracle_dirs():
+        for path in glob.glob(os.path.join(folder, "programs", "*.json")):
+            by_name[os.path.basename(path)] = path
+    if not by_name:
+        pytest.fail(f"no oracle programs under {ORACLE}; the tests need the repository's oracle/ "
+                    f"(or $REFIMPL_ORACLE)")
+    return [by_name[name] for name in sorted(by_name)]
 
 
 def load(path):
@@ -28,7 +60,7 @@ def load(path):
 
 
 def load_models():
-    spec = importlib.util.spec_from_file_location("oracle_models", os.path.join(ORACLE, "models.py"))
+    spec = importlib.util.spec_from_file_location("oracle_models", oracle_file("models.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -78,9 +110,9 @@ def diff_programs(got, want):
 
 def load_fleet(section):
     """One section of ``fleet.json`` (``role_makers``, ``strategy``, ``topology`` ...)."""
-    path = os.path.join(ORACLE, "fleet.json")
+    path = oracle_file("fleet.json")
     if not os.path.exists(path):
-        pytest.fail(f"no fleet oracle at {path}; the tests need ../shared/oracle (or $REFIMPL_ORACLE)",
+        pytest.fail(f"no fleet oracle at {path}; the tests need the repository's oracle/ (or $REFIMPL_ORACLE)",
                     pytrace=False)
     with open(path) as f:
         return json.load(f)[section]

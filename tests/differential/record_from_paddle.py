@@ -1,6 +1,6 @@
-"""Record oracle cases from real PaddlePaddle 3.3.1 (legacy IR), as ``../shared/oracle/programs`` holds them.
+"""Record oracle cases from real PaddlePaddle 3.3.1 (legacy IR), as ``oracle/programs`` holds them.
 
-``record`` builds a model builder of ``../shared/oracle/models.py`` or
+``record`` builds a model builder of ``oracle/models.py`` or
 ``tests/oracle_extra/extra_models.py`` with Paddle and returns the case in the
 oracle's format (main/startup programs, eager-deletion plans with and without
 skip vars, no-need-buffer slots, initial/final persistables, feeds, fetched
@@ -35,8 +35,8 @@ from fuzz_vs_paddle import paddle_program_dict  # noqa: E402
 def sources():
     """[(tag, models module for Paddle, models module for refimpl, recorded entries)]."""
     from generate import load_module as _module
-    from oracle import ORACLE
-    pub, ext = os.path.join(ORACLE, "models.py"), os.path.join(ROOT, "tests", "oracle_extra", "extra_models.py")
+    from oracle import oracle_file
+    pub, ext = oracle_file("models.py"), os.path.join(ROOT, "tests", "oracle_extra", "extra_models.py")
     return [("public", _module(pub, "p_pub"), _module(pub, "r_pub"), "PUBLIC"),
             ("extra", _module(ext, "p_ext"), _module(ext, "r_ext"), "EXTRA")]
 

@@ -1,6 +1,6 @@
 """Sweep the oracle model builders over random configs against real PaddlePaddle (optional).
 
-Every builder of ``../shared/oracle/models.py`` and ``tests/oracle_extra/extra_models.py``
+Every builder of ``oracle/models.py`` and ``tests/oracle_extra/extra_models.py``
 is run with random configs (every config key the builder reads, batch 1..8,
 steps 1..6). Paddle 3.3.1 (legacy IR) records the case in the oracle's format
 (``record_from_paddle.py``, which also writes ``tests/oracle_extra/NN_*.json``), and

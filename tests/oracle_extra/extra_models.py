@@ -1,4 +1,4 @@
-"""Extra model builders (same style as /work/shared/oracle/models.py).
+"""Extra model builders (same style as the repository's oracle/models.py).
 
 Each builder uses only Paddle's legacy static-graph API, through the module
 globals `paddle` and `F` (paddle.nn.functional), which `bind()` sets. Build as

@@ -2,7 +2,7 @@
 
     FLAGS_enable_pir_api=0 /tmp/pvenv/bin/python tests/oracle_split/generate.py
 
-For every builder of ``../shared/oracle/models.py`` (PUBLIC) and
+For every builder of the repository's ``oracle/models.py`` (PUBLIC) and
 ``tests/oracle_extra/extra_models.py`` (EXTRA) it builds the legacy-IR
 program as the oracle does and writes ``<source>_<NN>_<case>.json`` here
 (see README.md for the keys). Paddle is needed only to regenerate.
@@ -19,7 +19,7 @@ from paddle.distributed.passes import pass_utils  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-ORACLE = os.environ.get("REFIMPL_ORACLE", os.path.join(os.path.dirname(ROOT), "shared", "oracle"))
+ORACLE = os.environ.get("REFIMPL_ORACLE", os.path.join(ROOT, "oracle"))  # see oracle/SYNC.md
 TYPES = ["forward", "backward", "optimizer"]
 
 
