@@ -7,12 +7,16 @@ the schedules are shared and only the kernels differ. Tensors hold numba
 device arrays; feeds and fetches are the only host transfers of a step
 (``refimpl.executor.backend``). Without a GPU, ``NUMBA_ENABLE_CUDASIM=1``
 (set before numba is imported) runs the same kernels in numba's simulator.
+Importing the package registers its host <-> device transfers with
+``refimpl.core.device`` (the executor imports it before any cuda kernel runs).
 
 Use: ``refimpl.set_backend("cuda")``, ``REFIMPL_BACKEND=cuda`` or
-``Executor(CUDAPlace(0))``; importing this package registers nothing until
+``Executor(CUDAPlace(0))``; importing this package registers no kernel until
 :func:`require` succeeds.
 """
 import importlib
+
+from refimpl.core import device as _core_device
 
 from .device import CudaUnavailable, available, simulated, to_host  # noqa: F401
 from . import device as _device
@@ -36,6 +40,9 @@ def to_device(array):
     """A host array copied to the device (device arrays pass through)."""
     require()
     return _device.to_device(array)
+
+
+_core_device.register_converters("cuda", to_device, _device.to_host, _device.is_device)
 
 
 def missing_kernels():

@@ -15,6 +15,7 @@ import weakref
 
 import numpy as np
 
+from refimpl.core import comm_context
 from refimpl.core.errors import PreconditionNotMet
 from refimpl.ops import collective_ops as cpu
 from refimpl.ops.registry import has_op, register_kernel
@@ -37,8 +38,7 @@ def _is_fused(a):
 
 def _nccl_ring(ring_id):
     """True when this rank's communicator for ``ring_id`` moves device buffers itself (NCCL)."""
-    from refimpl.distributed.communication import context
-    comm = context.current().comms.get(ring_id)
+    comm = comm_context.current().comms.get(ring_id)
     return getattr(comm, "backend", None) == "nccl"
 
 

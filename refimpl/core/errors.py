@@ -40,8 +40,14 @@ Unavailable = _make("Unavailable", RuntimeError)
 Fatal = _make("Fatal", RuntimeError)
 External = _make("External", RuntimeError)
 
+
+class EOFException(EnforceNotMet):
+    """Paddle's ``paddle.base.core.EOFException``: the epoch's data is used up (the ``read`` op raises it)."""
+
+    kind = "EOFException"
+
 __all__ = [
     "EnforceNotMet", "InvalidArgument", "NotFound", "OutOfRange", "AlreadyExists",
     "ResourceExhausted", "PreconditionNotMet", "PermissionDenied",
-    "ExecutionTimeout", "Unimplemented", "Unavailable", "Fatal", "External",
+    "ExecutionTimeout", "Unimplemented", "Unavailable", "Fatal", "External", "EOFException",
 ]

@@ -21,7 +21,10 @@ mode:
 Difference: there are no async tasks; every call completes before it
 returns (``sync_op`` is accepted and recorded in ``use_calc_stream``).
 """
+from __future__ import annotations
+
 import os
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
@@ -39,19 +42,19 @@ _FIRST_NEW_RING = 10  # Paddle: len(group map) + max(nrings, 9), the world group
 class Group:
     """A group of ranks: ``paddle.distributed.collective.Group``."""
 
-    def __init__(self, rank_in_group, id, ranks, name=None):
+    def __init__(self, rank_in_group: int, id: int, ranks: Sequence[int], name: Optional[str] = None) -> None:
         self.rank, self.id, self.ranks = rank_in_group, id, list(ranks)
         self.nranks = len(self.ranks)
         self.name = name or f"_default_pg{id}"
 
     @property
-    def world_size(self):
+    def world_size(self) -> int:
         return self.nranks
 
-    def is_member(self):
+    def is_member(self) -> bool:
         return self.rank >= 0
 
-    def get_group_rank(self, rank):
+    def get_group_rank(self, rank: int) -> int:
         """The rank within this group of global ``rank`` (-1 if it is not a member)."""
         return self.ranks.index(rank) if rank in self.ranks else -1
 
@@ -64,7 +67,7 @@ def _launched_by_mpiexec():
     return any(k in os.environ for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))
 
 
-def init_parallel_env(backend=None, timeout=None):
+def init_parallel_env(backend: Optional[str] = None, timeout: Optional[float] = None) -> Group:
     """Set up this rank's communication; return the world group.
 
     Inside ``run_in_process`` / ``run_hybrid`` the thread's rank is already
@@ -86,20 +89,21 @@ def init_parallel_env(backend=None, timeout=None):
     return _get_group(None)
 
 
-def get_rank(group=None):
+def get_rank(group: Optional[Group] = None) -> int:
     """This rank: global, or within ``group`` (-1 if not a member)."""
     return context.current().rank if group is None else group.rank
 
 
-def get_world_size(group=None):
+def get_world_size(group: Optional[Group] = None) -> int:
     return context.current().world_size if group is None else group.nranks
 
 
-def get_backend(group=None):
+def get_backend(group: Optional[Group] = None) -> str:
     return context.current().backend
 
 
-def new_group(ranks=None, backend=None, timeout=None):
+def new_group(ranks: Optional[Sequence[int]] = None, backend: Optional[str] = None,
+              timeout: Optional[float] = None) -> Group:
     """Create a group on every rank (every rank must call it, in the same order)."""
     ctx = context.current()
     ranks = sorted(range(ctx.world_size) if ranks is None else ranks)
@@ -146,7 +150,8 @@ def _append(op_type, inputs, outputs, attrs):
     return LayerHelper(op_type).append_op(type=op_type, inputs=inputs, outputs=outputs, attrs=attrs)
 
 
-def all_reduce(tensor, op=ReduceOp.SUM, group=None, sync_op=True):
+def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Optional[Group] = None,
+               sync_op: bool = True) -> Any:
     """Reduce ``tensor`` over the group; every rank gets the result, in place."""
     op, g = reduce_op(op), _get_group(group)
     if isinstance(tensor, Variable):
@@ -156,7 +161,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, sync_op=True):
     return _now(tensor, lambda a: comm.all_reduce(a, op, out=a if a.flags.writeable else None))
 
 
-def broadcast(tensor, src, group=None, sync_op=True):
+def broadcast(tensor: Any, src: int, group: Optional[Group] = None, sync_op: bool = True) -> Any:
     """Copy ``tensor`` of global rank ``src`` to every rank of the group, in place."""
     g, root = _in_group(group, src, "broadcast")
     if isinstance(tensor, Variable):
@@ -166,7 +171,8 @@ def broadcast(tensor, src, group=None, sync_op=True):
     return _now(tensor, lambda a: comm.broadcast(a, root))
 
 
-def reduce(tensor, dst, op=ReduceOp.SUM, group=None, sync_op=True):
+def reduce(tensor: Any, dst: int, op: Any = ReduceOp.SUM, group: Optional[Group] = None,
+           sync_op: bool = True) -> Any:
     """Reduce onto global rank ``dst`` (static mode: sum only, ``c_reduce_sum``)."""
     g, root = _in_group(group, dst, "reduce")
     op = reduce_op(op)
@@ -179,7 +185,8 @@ def reduce(tensor, dst, op=ReduceOp.SUM, group=None, sync_op=True):
     return _now(tensor, lambda a: comm.reduce(a, root, op))
 
 
-def all_gather(tensor_list, tensor, group=None, sync_op=True):
+def all_gather(tensor_list: List[Any], tensor: Any, group: Optional[Group] = None,
+               sync_op: bool = True) -> None:
     """Fill ``tensor_list`` with every rank's ``tensor``, in rank order."""
     g = _get_group(group)
     if isinstance(tensor, Variable):
@@ -199,7 +206,8 @@ def all_gather(tensor_list, tensor, group=None, sync_op=True):
     return None
 
 
-def reduce_scatter(tensor, tensor_list, op=ReduceOp.SUM, group=None, sync_op=True):
+def reduce_scatter(tensor: Any, tensor_list: Sequence[Any], op: Any = ReduceOp.SUM,
+                   group: Optional[Group] = None, sync_op: bool = True) -> Any:
     """Reduce the concatenation of ``tensor_list`` and give rank i its i-th part in ``tensor``."""
     g, op = _get_group(group), reduce_op(op)
     if isinstance(tensor, Variable):
@@ -217,7 +225,7 @@ def reduce_scatter(tensor, tensor_list, op=ReduceOp.SUM, group=None, sync_op=Tru
     return _now(tensor, lambda a: res)
 
 
-def send(tensor, dst=0, group=None, sync_op=True):
+def send(tensor: Any, dst: int = 0, group: Optional[Group] = None, sync_op: bool = True) -> Any:
     g, peer = _in_group(group, dst, "send")
     if isinstance(tensor, Variable):
         return _append("send_v2", {"X": [tensor]}, {},
@@ -228,7 +236,7 @@ def send(tensor, dst=0, group=None, sync_op=True):
     return None
 
 
-def recv(tensor, src=0, group=None, sync_op=True):
+def recv(tensor: Any, src: int = 0, group: Optional[Group] = None, sync_op: bool = True) -> Any:
     g, peer = _in_group(group, src, "recv")
     if isinstance(tensor, Variable):
         return _append("recv_v2", {}, {"Out": [tensor]},
@@ -245,7 +253,7 @@ def recv(tensor, src=0, group=None, sync_op=True):
     return tensor
 
 
-def barrier(group=None):
+def barrier(group: Optional[Group] = None) -> Any:
     g = _get_group(group)
     context.current().comm(g.id).barrier()
 

@@ -3,14 +3,10 @@
 ``DataLoader.from_generator`` (``dataloader.py``) pushes batches from a
 Python generator through a bounded multi-device blocking queue
 (``blocking_queue.py``) that the ``read`` op (``ops/reader_ops.py``) pops.
-``EOFException`` is Paddle's ``paddle.base.core.EOFException``; it is also
-reachable as ``refimpl.core.EOFException``.
+``EOFException`` is Paddle's ``paddle.base.core.EOFException``: defined in
+``refimpl.core.errors`` (so ``refimpl.core.EOFException``), re-exported here.
 """
-from refimpl import core as _core
-
 from .blocking_queue import BlockingQueue, EOFException
 from .dataloader import DataLoader, GeneratorLoader
-
-_core.EOFException = EOFException  # Paddle's spelling: paddle.base.core.EOFException
 
 __all__ = ["DataLoader", "GeneratorLoader", "BlockingQueue", "EOFException"]

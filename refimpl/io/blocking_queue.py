@@ -23,37 +23,18 @@ it and the ``BufferedReader`` behind ``create_double_buffer_reader``:
 Differences: Paddle keeps one sub-queue per device; here one dict indexed by
 batch number does the same. Reading from a queue whose loader was never
 started raises instead of blocking forever. Queues are also found by name
-in a process-wide registry, so programs run in any scope (a pipeline rank's
-fresh scope) reach them; Paddle looks only in the scope.
+in a process-wide registry (``refimpl.core.queue_registry``, below the ops
+that read them), so programs run in any scope (a pipeline rank's fresh
+scope) reach them; Paddle looks only in the scope. ``EOFException`` is
+``refimpl.core.errors.EOFException`` (Paddle's ``paddle.base.core``), and the
+batch checks of the ``read`` op live with it in ``refimpl.ops.reader_ops``.
 """
 import threading
-import weakref
 
-import numpy as np
-
-from refimpl.core.errors import EnforceNotMet, Fatal, InvalidArgument, PreconditionNotMet
+from refimpl.core.errors import EOFException, Fatal, InvalidArgument, PreconditionNotMet  # noqa: F401
+from refimpl.core.queue_registry import lookup, register  # noqa: F401  (re-exported: the loader registers)
 
 JOIN_TIMEOUT = 10.0  # seconds to wait for a prefetch or producer thread to stop
-
-
-class EOFException(EnforceNotMet):
-    """Paddle's ``paddle.base.core.EOFException``: the epoch's data is used up."""
-
-    kind = "EOFException"
-
-
-EOF_MESSAGE = "There is no next data."
-
-_QUEUES = weakref.WeakValueDictionary()
-
-
-def register(name, queue):
-    _QUEUES[name] = queue
-
-
-def lookup(name):
-    """The queue registered under ``name`` (None if there is none)."""
-    return _QUEUES.get(name)
 
 
 class BlockingQueue:
@@ -78,7 +59,7 @@ class BlockingQueue:
 
     # ---- set-up ----------------------------------------------------------
     def set_device_count(self, n):
-        """The seed's ``SetDeviceCount`` (CompiledProgram: the number of places)."""
+        """``compiled_program.cc``'s ``SetDeviceCount`` (CompiledProgram: the number of places)."""
         with self._cond:
             if n == self._device_count:
                 return
@@ -241,29 +222,8 @@ class DoubleBufferReader(PyReader):
             pending[0].join(JOIN_TIMEOUT)
 
 
-def check_batch(batch, names, shapes, dtypes, need_check):
-    """Paddle's ``read`` op check: one array per feed var, of its rank, fixed dims and dtype."""
-    if len(batch) != len(names):
-        raise InvalidArgument(f"the data loader gave {len(batch)} arrays, but its feed list has "
-                              f"{len(names)} variables {list(names)}")
-    for name, arr, shape, dtype, check in zip(names, batch, shapes, dtypes, need_check):
-        if not check:
-            continue
-        if arr.ndim != len(shape) or any(d >= 0 and d != a for d, a in zip(shape, arr.shape)):
-            raise InvalidArgument(f"The fed Variable {name} should have dimensions = {len(shape)}, shape = "
-                                  f"{list(shape)}, but received fed shape {list(arr.shape)}")
-        if dtype is not None and arr.dtype != np.dtype(dtype):
-            raise InvalidArgument(f"The data type of fed Variable {name} must be {np.dtype(dtype)}, but "
-                                  f"received {arr.dtype}")
-
-
-def empty_batch(shapes, dtypes):
-    """The 0-row batch a place without data gets from a partial last round (drop_last=False)."""
-    return [np.zeros([0] + [max(d, 0) for d in s[1:]], dtype=dt or "float32") for s, dt in zip(shapes, dtypes)]
-
-
 def set_reader_device_count(program, device_count):
-    """The seed's ``InitReaderQueueDeviceCount``: every ``create_py_reader`` queue gets ``device_count``."""
+    """``compiled_program.cc``'s ``InitReaderQueueDeviceCount``: every ``create_py_reader`` queue gets ``device_count``."""
     for op in program.global_block().ops:
         if op.type == "create_py_reader":
             queue = lookup(op.input("blocking_queue")[0])

@@ -32,8 +32,9 @@ from refimpl.core.dtypes import to_numpy_dtype, to_vartype
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 from refimpl.core.scope import global_scope
 from refimpl.framework.program import default_main_program
+from refimpl.ops.reader_ops import check_batch, empty_batch
 
-from .blocking_queue import JOIN_TIMEOUT, BlockingQueue, check_batch, empty_batch, register
+from .blocking_queue import JOIN_TIMEOUT, BlockingQueue, register
 
 logger = logging.getLogger("refimpl")
 

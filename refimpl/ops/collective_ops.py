@@ -2,8 +2,9 @@
 
 Mirrors Paddle's collective operators. A kernel looks up the communicator
 for its ``ring_id`` in the rank context of the thread or process running it
-(``refimpl.distributed.communication.context``), so the same program runs
-unchanged on in-process ranks, MPI ranks or alone. Two generations exist:
+(``refimpl.core.comm_context``, which ``refimpl.distributed`` fills), so the
+same program runs unchanged on in-process ranks, MPI ranks or alone. Two
+generations exist:
 
 * the fluid ops ``c_allreduce_{sum,max,min,prod,avg}``, ``c_broadcast``,
   ``c_allgather``, ``c_reducescatter``, ``c_reduce_sum`` (slots ``X`` ->
@@ -25,25 +26,27 @@ it, as in Paddle; (2) ``send_v2`` / ``recv_v2`` record ``send`` / ``recv``
 events (peer, var, bytes) into the executor's trace when one is active, else
 into the rank's comm trace (``set_comm_trace``). Differences: there are no
 streams (ops run one at a time), so the ``c_sync_*`` ops are identities;
-``coalesce_tensor`` zero-fills its padding.
+``coalesce_tensor`` zero-fills its padding. Every op here is registered with
+``writes_inputs=True``: a kernel may write into its input array (an
+in-place collective on a fused buffer does).
 """
 import weakref
 
 import numpy as np
 
+from refimpl.core import comm_context
 from refimpl.core.dtypes import VARTYPE_TO_NAME, convert_dtype, to_numpy_dtype
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
-from refimpl.distributed.communication import context
-from refimpl.distributed.communication.communicator import REDUCE_NAMES, ReduceOp, gathered_shape
+from refimpl.core.reduce_op import REDUCE_NAMES, ReduceOp
 
-from .common import first, same_as
+from .common import first, gathered_shape, same_as
 from .registry import get_op_def, register_op
 
 CPU_ALIGNMENT = 4096  # bytes; Paddle's CPU chunk alignment for coalesce_tensor (align_size = -1)
 
 
 def _comm(ring_id):
-    return context.current().comm(ring_id)
+    return comm_context.current().comm(ring_id)
 
 
 # ---- the prepare hook shared by ops that communicate ----------------------------
@@ -88,7 +91,7 @@ def _prepare_comm(ctx, op):
             res = fn(**kw)
         if event is not None:
             a = x if event == "send" else res
-            context.record(event, x_name or out_name, a.nbytes, peer, ring_id,
+            comm_context.record(event, x_name or out_name, a.nbytes, peer, ring_id,
                            trace=ctx.run_ctx.get("trace"), **where)
         if dst is not None:
             _write(dst, res, inplace, mem)
@@ -109,7 +112,8 @@ def _write(dst, res, inplace, mem):
 
 
 def _comm_op(type, inputs, outputs, attrs, infer_shape=None):
-    return register_op(type, inputs, outputs, attrs, infer_shape=infer_shape, prepare=_prepare_comm)
+    return register_op(type, inputs, outputs, attrs, infer_shape=infer_shape, prepare=_prepare_comm,
+                       writes_inputs=True)
 
 
 # ---- infer_shape -------------------------------------------------------------
@@ -241,7 +245,7 @@ def barrier(X, *, ring_id):
     return X
 
 
-@register_op("c_sync_calc_stream", ["X"], ["Out"], {}, infer_shape=same_as("X", "Out"))
+@register_op("c_sync_calc_stream", ["X"], ["Out"], {}, infer_shape=same_as("X", "Out"), writes_inputs=True)
 def c_sync_calc_stream(X):
     return X
 
@@ -250,7 +254,8 @@ def _sync_comm_infer(ins, attrs):
     return {"Out": list(ins.get("X") or [])}
 
 
-@register_op("c_sync_comm_stream", ["X*"], ["Out*"], {"ring_id": 0}, infer_shape=_sync_comm_infer)
+@register_op("c_sync_comm_stream", ["X*"], ["Out*"], {"ring_id": 0}, infer_shape=_sync_comm_infer,
+             writes_inputs=True)
 def c_sync_comm_stream(X, *, ring_id):
     return list(X)
 
@@ -326,7 +331,7 @@ def coalesce_plan(Input, dtype, use_align, align_size, user_defined_size_of_dtyp
 
 
 @register_op("coalesce_tensor", ["Input*"], ["Output*", "FusedOutput"], _COALESCE_ATTRS,
-             infer_shape=_coalesce_infer)
+             infer_shape=_coalesce_infer, writes_inputs=True)
 def coalesce_tensor(Input, *, dtype, copy_data, set_constant, constant, use_align, align_size,
                     user_defined_size_of_dtype, concated_shapes, concated_ranks):
     """One contiguous buffer for ``Input``; ``Output[i]`` are views into it."""

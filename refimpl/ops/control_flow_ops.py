@@ -6,12 +6,13 @@ program (copy column ``col`` of the feed list into ``Out``; copy ``X`` into
 column ``col`` of the fetch list). Instead of a kernel each registers a
 ``prepare(ctx, op)`` hook; ``ctx`` is the executor's PreparedBlock, which
 resolves variables and prepares sub-blocks. The feed and fetch lists are
-``ctx.run_ctx["feed"]`` / ``["fetch"]``.
+``ctx.run_ctx["feed"]`` / ``["fetch"]``. Transfers go through ``refimpl.core.device``
+(the executor has loaded ``ctx.backend`` before any hook runs).
 """
 import numpy as np
 
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
-from refimpl.executor.backend import to_device, to_host
+from refimpl.core.device import to_device, to_host
 
 from .registry import register_op
 

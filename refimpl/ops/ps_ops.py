@@ -3,8 +3,9 @@
 Mirror Paddle's ``send`` / ``recv`` ops of the parameter-server transpiler
 (and, for GEO, the work of its ``GeoCommunicator``): ordinary ops whose
 kernels talk to the servers through the PS runtime of the rank running
-them (``refimpl.distributed.ps.runtime``), so the executor knows nothing
-about servers.
+them (``refimpl.distributed.ps.runtime`` installs it in the rank's context,
+``refimpl.core.comm_context``), so neither the executor nor these ops import
+the PS layer.
 
 * ``ps_send``: ``X`` (the gradients of ``param_names``, same order) pushed
   to the servers holding their blocks;
@@ -16,14 +17,27 @@ about servers.
 Differences: attrs are refimpl's (``param_names``, ``k_steps``), not the
 table / endpoint attrs of Paddle's ops.
 """
+from refimpl.core import comm_context
+from refimpl.core.errors import PreconditionNotMet
+
 from .registry import register_op
 
 _ATTRS = {"param_names": []}
 
+NO_PS_RUNTIME = ("a parameter-server op ran on a rank without a PS runtime: build the program with "
+                 "fleet.distributed_optimizer(...).minimize in PS mode and call fleet.init_worker() first")
+
+
+def ps_runtime_of_current_rank():
+    """The PS runtime the running rank's context holds (``refimpl.distributed.ps.runtime`` puts it there)."""
+    rt = getattr(comm_context.current(), "ps_runtime", None)
+    if rt is None:
+        raise PreconditionNotMet(NO_PS_RUNTIME)
+    return rt
+
 
 def _client(what):
-    from refimpl.distributed.ps.runtime import client_of_current_rank
-    return client_of_current_rank(what)
+    return ps_runtime_of_current_rank().require_client(what)
 
 
 @register_op("ps_send", ["X*"], [], _ATTRS)

@@ -16,12 +16,21 @@ device's batches a ``read`` op takes is ``ctx.run_ctx["reader_device"]``
 (CompiledProgram sets it per place; 0 otherwise), where Paddle gives each
 place's graph copy its own reader. The READER variable holds a small
 :class:`ReaderHolder` (Paddle's ``ReaderHolder``) in place of a tensor.
+A queue missing from the scope is looked up by name in
+``refimpl.core.queue_registry`` (``refimpl.io`` registers its queues there);
+the batch checks (:func:`check_batch`, :func:`empty_batch`) are shared with
+the data loader.
 """
+import numpy as np
+
+from refimpl.core import queue_registry
+from refimpl.core.device import to_device
 from refimpl.core.dtypes import to_numpy_dtype
-from refimpl.core.errors import NotFound, PreconditionNotMet
-from refimpl.executor.backend import to_device
+from refimpl.core.errors import EOFException, InvalidArgument, NotFound, PreconditionNotMet
 
 from .registry import register_op
+
+EOF_MESSAGE = "There is no next data."  # read_op.cc's EOF message
 
 
 class ReaderHolder:
@@ -40,6 +49,28 @@ class ReaderHolder:
         return self.queue.reader(device, self.double_buffer).read_next(drop_last)
 
 
+def check_batch(batch, names, shapes, dtypes, need_check):
+    """Paddle's ``read`` op check: one array per feed var, of its rank, fixed dims and dtype."""
+    if len(batch) != len(names):
+        raise InvalidArgument(f"the data loader gave {len(batch)} arrays, but its feed list has "
+                              f"{len(names)} variables {list(names)}")
+    for name, arr, shape, dtype, check in zip(names, batch, shapes, dtypes, need_check):
+        if not check:
+            continue
+        if arr.ndim != len(shape) or any(d >= 0 and d != a for d, a in zip(shape, arr.shape)):
+            raise InvalidArgument(f"The fed Variable {name} should have dimensions = {len(shape)}, shape = "
+                                  f"{list(shape)}, but received fed shape {list(arr.shape)}")
+        if dtype is not None and arr.dtype != np.dtype(dtype):
+            raise InvalidArgument(f"The data type of fed Variable {name} must be {np.dtype(dtype)}, but "
+                                  f"received {arr.dtype}")
+
+
+def empty_batch(shapes, dtypes):
+    """The 0-row batch a place without data gets from a partial last round (drop_last=False)."""
+    return [np.zeros([0] + [max(d, 0) for d in s[1:]], dtype=dt or "float32") for s, dt in zip(shapes, dtypes)]
+
+
+
 def _split_shapes(op):
     concat, ranks = list(op.attr("shape_concat")), list(op.attr("ranks"))
     shapes, at = [], 0
@@ -50,11 +81,10 @@ def _split_shapes(op):
 
 
 def _prepare_create_py_reader(ctx, op):
-    from refimpl.io import blocking_queue
     name = op.input("blocking_queue")[0]
     qt = ctx.tensor(name)
     if qt._array is None:  # the queue lives in the loader's scope; any scope can run the program
-        qt._array = blocking_queue.lookup(name)
+        qt._array = queue_registry.lookup(name)
     queue = qt._array
     if queue is None:
         raise NotFound(f"create_py_reader: no blocking queue {name!r} (was the DataLoader garbage collected?)")
@@ -81,7 +111,6 @@ def _prepare_double_buffer(ctx, op):
 
 
 def _prepare_read(ctx, op):
-    from refimpl.io.blocking_queue import EOF_MESSAGE, EOFException, check_batch, empty_batch
     reader_name = op.input("Reader")[0]
     src = ctx.tensor(reader_name)
     names = list(op.output("Out"))

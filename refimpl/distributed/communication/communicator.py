@@ -3,7 +3,8 @@
 Mirrors what Paddle spreads over ``ProcessGroup`` (``all_reduce``,
 ``broadcast``, ``all_gather`` ... on a group of ranks), the per-ring
 communicator contexts (``NCCLCommContext::Get(ring_id)``) that collective
-ops look up by their ``ring_id`` attr, and ``paddle.distributed.ReduceOp``.
+ops look up by their ``ring_id`` attr, and ``paddle.distributed.ReduceOp``
+(defined in ``refimpl.core.reduce_op``, below the op kernels, and re-exported here).
 
 A :class:`Communicator` belongs to one rank and one group (ring id). Every
 collective must be called by every rank of the group in the same order, as
@@ -19,23 +20,16 @@ and ``mpi`` (ranks are MPI processes). Differences from Paddle:
 * Results are NumPy arrays; ``out=`` lets a caller reduce into a buffer, as
   Paddle does when an op's input and output are the same variable.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
+
 import numpy as np
 
 from refimpl.core.errors import InvalidArgument, Unavailable
+from refimpl.core.reduce_op import REDUCE_NAMES, ReduceOp  # noqa: F401  (kernels share them from core)
+from refimpl.ops.common import gathered_shape  # noqa: F401  (the all_gather shape rule, shared with its op)
 
-
-class ReduceOp:
-    """``paddle.distributed.ReduceOp``: the reduction of a collective (same values)."""
-
-    SUM = 0
-    MAX = 1
-    MIN = 2
-    PROD = 3
-    AVG = 4
-
-
-REDUCE_NAMES = {ReduceOp.SUM: "sum", ReduceOp.MAX: "max", ReduceOp.MIN: "min",
-                ReduceOp.PROD: "prod", ReduceOp.AVG: "avg"}
 _BY_NAME = {v: k for k, v in REDUCE_NAMES.items()}
 _NUMPY_REDUCE = {ReduceOp.SUM: np.add, ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum,
                  ReduceOp.PROD: np.multiply, ReduceOp.AVG: np.add}
@@ -49,12 +43,13 @@ class RankFailed(Unavailable):
     ``rank`` is the rank that failed first and ``error`` its exception.
     """
 
-    def __init__(self, message, rank=None, error=None, errors=None):
+    def __init__(self, message: str, rank: Optional[int] = None, error: Optional[BaseException] = None,
+                 errors: Optional[Dict[int, BaseException]] = None) -> None:
         super().__init__(message)
         self.rank, self.error, self.errors = rank, error, errors or {}
 
 
-def reduce_op(op):
+def reduce_op(op: Union[int, str]) -> int:
     """A ReduceOp value from a ReduceOp int or a name (``"sum"``, ``"avg"`` ...)."""
     if isinstance(op, str) and op.lower() in _BY_NAME:
         return _BY_NAME[op.lower()]
@@ -64,7 +59,7 @@ def reduce_op(op):
                           f"or {sorted(_BY_NAME)}")
 
 
-def reduce_arrays(arrays, op):
+def reduce_arrays(arrays: Sequence[np.ndarray], op: int) -> np.ndarray:
     """Reduce ``arrays`` in list order (rank order): the same bits on every rank."""
     op = reduce_op(op)
     ufunc = _NUMPY_REDUCE[op]
@@ -76,7 +71,7 @@ def reduce_arrays(arrays, op):
     return out
 
 
-def finish_avg(total, n):
+def finish_avg(total: np.ndarray, n: int) -> np.ndarray:
     """``total / n`` in the dtype of ``total`` (integers truncate, as NCCL's avg)."""
     if total.dtype.kind in "fc":
         np.divide(total, total.dtype.type(n), out=total)
@@ -84,19 +79,19 @@ def finish_avg(total, n):
     return (total / n).astype(total.dtype)
 
 
-def describe(x):
+def describe(x: Any) -> str:
     """``[2, 3] float32`` for messages."""
     return f"{list(np.shape(x))} {np.asarray(x).dtype}" if x is not None else "nothing"
 
 
-def meta_of(kind, args, x):
+def meta_of(kind: str, args: Sequence[Any], x: Optional[np.ndarray]) -> Tuple[Any, ...]:
     """What every rank of a collective must agree on: ``(kind, args, shape, dtype name)``."""
     if x is None:
         return (kind, tuple(args), (), "")
     return (kind, tuple(args), tuple(x.shape), x.dtype.name)
 
 
-def check_same(what, metas, ranks=None):
+def check_same(what: str, metas: Sequence[Tuple[Any, ...]], ranks: Optional[Sequence[int]] = None) -> None:
     """Raise InvalidArgument unless every rank's ``(kind, args, shape, dtype)`` matches the first's.
 
     ``metas`` is in group order and ``ranks`` are the matching global ranks;
@@ -124,24 +119,18 @@ def _call(meta):
     return f"{kind}({', '.join(map(str, parts))})"
 
 
-def check_root(root, nranks, what):
+def check_root(root: int, nranks: int, what: str) -> None:
     if not 0 <= root < nranks:
         raise InvalidArgument(f"{what}: root {root} is not a rank of the group (it has {nranks} ranks)")
 
 
-def check_scatter_shape(x, nranks, what):
+def check_scatter_shape(x: np.ndarray, nranks: int, what: str) -> None:
     if np.ndim(x) == 0 or np.shape(x)[0] % nranks:
         raise InvalidArgument(f"{what}: the first dim of shape {list(np.shape(x))} must be divisible by the "
                               f"number of ranks ({nranks})")
 
 
-def gathered_shape(shape, nranks):
-    """Paddle's all_gather: concatenate on dim 0 (stack a 0-D tensor)."""
-    shape = tuple(shape)
-    return (nranks,) if not shape else (shape[0] * nranks,) + shape[1:]
-
-
-def check_recv(x, shape, dtype, what):
+def check_recv(x: np.ndarray, shape: Optional[Sequence[int]], dtype: Any, what: str) -> None:
     """Check a received array against the expected shape (-1 = any) and dtype."""
     if dtype is not None and np.dtype(dtype) != x.dtype:
         raise InvalidArgument(f"{what}: expected dtype {np.dtype(dtype)} but the peer sent {describe(x)}")
@@ -161,7 +150,8 @@ class Communicator:
 
     backend = "base"
 
-    def __init__(self, ring_id, ranks, global_rank, timeout=DEFAULT_TIMEOUT):
+    def __init__(self, ring_id: int, ranks: Sequence[int], global_rank: int,
+                 timeout: Optional[float] = DEFAULT_TIMEOUT) -> None:
         self.ring_id = ring_id
         self.ranks = tuple(ranks)
         self.global_rank = global_rank
@@ -169,38 +159,40 @@ class Communicator:
         self.nranks = len(self.ranks)
         self.timeout = timeout
 
-    def where(self, what):
+    def where(self, what: str) -> str:
         return f"rank {self.global_rank}: {what} on ring {self.ring_id}"
 
-    def check_peer(self, peer, what):
+    def check_peer(self, peer: int, what: str) -> None:
         if not 0 <= peer < self.nranks or peer == self.rank:
             raise InvalidArgument(f"{self.where(what)}: peer {peer} is not another rank of the group "
                                   f"(ranks 0..{self.nranks - 1}, this is {self.rank})")
 
     # The interface (every method blocks until this rank's part is done).
-    def all_reduce(self, x, op=ReduceOp.SUM, out=None):
+    def all_reduce(self, x: np.ndarray, op: int = ReduceOp.SUM,
+                   out: Optional[np.ndarray] = None) -> np.ndarray:
         raise NotImplementedError
 
-    def broadcast(self, x, root=0, out=None):
+    def broadcast(self, x: np.ndarray, root: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
         raise NotImplementedError
 
-    def reduce(self, x, root=0, op=ReduceOp.SUM, out=None):
+    def reduce(self, x: np.ndarray, root: int = 0, op: int = ReduceOp.SUM,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
         """The reduction lands on ``root``; other ranks get ``x`` back unchanged."""
         raise NotImplementedError
 
-    def all_gather(self, x):
+    def all_gather(self, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def reduce_scatter(self, x, op=ReduceOp.SUM):
+    def reduce_scatter(self, x: np.ndarray, op: int = ReduceOp.SUM) -> np.ndarray:
         raise NotImplementedError
 
-    def send(self, x, peer):
+    def send(self, x: np.ndarray, peer: int) -> None:
         raise NotImplementedError
 
-    def recv(self, peer, shape=None, dtype=None):
+    def recv(self, peer: int, shape: Optional[Sequence[int]] = None, dtype: Any = None) -> np.ndarray:
         raise NotImplementedError
 
-    def barrier(self):
+    def barrier(self) -> None:
         raise NotImplementedError
 
     def __repr__(self):

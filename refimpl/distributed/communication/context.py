@@ -3,24 +3,35 @@
 Mirrors Paddle's parallel environment (``ParallelEnv``: rank and world size)
 together with its registry of communicators by ring id
 (``CommContextManager``), which collective op kernels consult at run time.
-Paddle has one per process. refimpl can run several ranks as threads of one
-process, so :func:`current` looks in three places, in order:
-
-1. the calling thread's context (set by ``run_in_process`` for each rank);
-2. the process-wide context (set by ``init_parallel_env`` under ``mpiexec``);
-3. a default single-rank context (rank 0 of 1), so a program with collective
-   ops also runs alone, as on one device.
+The holder of the current context lives below the kernels, in
+``refimpl.core.comm_context`` (:func:`current` looks at the calling thread,
+then the process, then a single-rank default); this module defines the
+:class:`RankContext` put there, installs the single-rank default, and
+re-exports the holder's functions under their old names.
 
 Because kernels look the context up when they run, the executor needs no
 knowledge of ranks at all.
 """
-import contextlib
-import threading
+from __future__ import annotations
 
+import threading
+from typing import Any, Optional, Sequence, TYPE_CHECKING
+
+from refimpl.core import comm_context
+from refimpl.core.comm_context import (has_thread_context, rank_guard, record,  # noqa: F401
+                                       set_comm_trace, set_current, set_process_context)
 from refimpl.core.errors import AlreadyExists, NotFound
 
-_local = threading.local()
-_process_ctx = None
+if TYPE_CHECKING:
+    from .communicator import Communicator
+
+
+if TYPE_CHECKING:  # the core function itself at run time; typed here as returning the full RankContext
+    def current() -> RankContext: ...
+else:
+    from refimpl.core.comm_context import current  # noqa: F401
+
+
 _default_ctx = None
 _lock = threading.Lock()
 
@@ -31,10 +42,13 @@ class RankContext:
     ``world`` is an ``InProcessWorld`` or an ``MPIWorld``; it makes the
     communicator of each group (``world.new_communicator(ring_id, ranks,
     rank)``). ``trace`` is an optional event trace for send/recv records
-    outside an executor run (see :func:`set_comm_trace`).
+    outside an executor run (see :func:`set_comm_trace`); ``ps_runtime``
+    is the rank's parameter-server runtime once a PS job made one.
     """
 
-    def __init__(self, rank, world_size, world):
+    ps_runtime = None
+
+    def __init__(self, rank: int, world_size: int, world: Any) -> None:
         self.rank, self.world_size, self.world = rank, world_size, world
         self.backend = world.backend
         self.comms = {}      # ring_id -> Communicator (only groups this rank belongs to)
@@ -42,7 +56,7 @@ class RankContext:
         self.trace = None
         self.add_group(0, range(world_size))
 
-    def add_group(self, ring_id, ranks):
+    def add_group(self, ring_id: int, ranks: Sequence[int]) -> Optional[Communicator]:
         """Create the communicator of group ``ring_id`` (None if this rank is not in ``ranks``)."""
         ranks = tuple(ranks)
         if ring_id in self.groups:
@@ -53,7 +67,7 @@ class RankContext:
             self.comms[ring_id] = comm
         return comm
 
-    def comm(self, ring_id=0):
+    def comm(self, ring_id: int = 0) -> Communicator:
         """The communicator for ``ring_id``; NotFound (naming the rank and ring) if there is none."""
         c = self.comms.get(ring_id)
         if c is None:
@@ -68,17 +82,8 @@ class RankContext:
         return f"RankContext(rank={self.rank}, world_size={self.world_size}, backend={self.backend!r})"
 
 
-def current():
-    """The rank context of the calling code (thread, then process, then a single rank)."""
-    ctx = getattr(_local, "ctx", None)
-    if ctx is not None:
-        return ctx
-    if _process_ctx is not None:
-        return _process_ctx
-    return _default()
-
-
 def _default():
+    """The single-rank context of code that runs outside any rank (made once)."""
     global _default_ctx
     with _lock:
         if _default_ctx is None:
@@ -87,46 +92,4 @@ def _default():
         return _default_ctx
 
 
-def has_thread_context():
-    """Whether the calling thread runs as a rank of its own (in-process or hybrid ranks)."""
-    return getattr(_local, "ctx", None) is not None
-
-
-def set_current(ctx):
-    """Make ``ctx`` the context of the calling thread (``None`` clears it)."""
-    _local.ctx = ctx
-
-
-def set_process_context(ctx):
-    """Make ``ctx`` the context of every thread without its own (MPI ranks)."""
-    global _process_ctx
-    _process_ctx = ctx
-
-
-@contextlib.contextmanager
-def rank_guard(ctx):
-    """Run a block as the rank of ``ctx`` in this thread."""
-    old = getattr(_local, "ctx", None)
-    _local.ctx = ctx
-    try:
-        yield ctx
-    finally:
-        _local.ctx = old
-
-
-def set_comm_trace(trace):
-    """Record send/recv events of the current rank into ``trace`` (None stops).
-
-    Collective ops run by an executor with a trace record into that trace
-    anyway; this covers calls outside a traced run.
-    """
-    current().trace = trace
-
-
-def record(kind, var, nbytes, peer, ring_id, trace=None, **where):
-    """Add a ``send``/``recv`` event (peer, var, bytes) to ``trace`` or the context's trace."""
-    ctx = current()
-    trace = trace if trace is not None else ctx.trace
-    if trace is not None:
-        trace.add(kind, var=var, nbytes=int(nbytes), rank=ctx.rank,
-                  extra={"peer": peer, "ring_id": ring_id}, **where)
+comm_context.set_default_factory(_default)

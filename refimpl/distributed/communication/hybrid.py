@@ -2,7 +2,7 @@
 
 Mirrors Paddle's data parallelism over several trainers with several places
 each, where one NCCL communicator spans every device of every trainer
-(``nranks = num_trainers * places`` in the seed's ``compiled_program.cc``).
+(``nranks = num_trainers * places`` in ``compiled_program.cc``).
 Global rank = trainer id * P + place; a group's ranks are kept sorted, so
 they are grouped by process.
 
@@ -16,7 +16,10 @@ Point-to-point messages between processes go over MPI on a channel per
 (source place, destination place). ``all_gather`` / ``reduce_scatter`` need
 the same number of group members on each member process.
 """
+from __future__ import annotations
+
 import threading
+from typing import Any, Callable, List, Optional, Sequence, TYPE_CHECKING
 
 import numpy as np
 
@@ -26,22 +29,26 @@ from .communicator import (DEFAULT_TIMEOUT, RankFailed, ReduceOp, check_recv, ch
                            finish_avg, reduce_arrays, reduce_op)
 from .inprocess import InProcessCommunicator, InProcessWorld, _into, run_threads
 
+if TYPE_CHECKING:
+    from .communicator import Communicator
+    from .mpi import MPIWorld
+
 
 class HybridWorld(InProcessWorld):
     """This process's ``places`` thread ranks of a job of ``places * MPI size`` ranks."""
 
     backend = "hybrid"
 
-    def __init__(self, places, mpi_world, timeout=DEFAULT_TIMEOUT):
+    def __init__(self, places: int, mpi_world: MPIWorld, timeout: Optional[float] = DEFAULT_TIMEOUT) -> None:
         super().__init__(places * mpi_world.nranks, timeout)
         self.places, self.mpi, self.trainer = places, mpi_world, mpi_world.rank
         self.outer = {}  # ring_id -> (MPI communicator of the member processes or None, their trainer ids)
         self.split_lock = threading.Lock()
 
-    def local_ranks(self):
+    def local_ranks(self) -> Sequence[int]:
         return range(self.trainer * self.places, (self.trainer + 1) * self.places)
 
-    def new_communicator(self, ring_id, ranks, rank):
+    def new_communicator(self, ring_id: int, ranks: Sequence[int], rank: int) -> Optional[Communicator]:
         ranks = tuple(int(r) for r in ranks)
         if list(ranks) != sorted(ranks):
             raise InvalidArgument(f"hybrid ranks: group ranks {list(ranks)} must be sorted")
@@ -57,8 +64,9 @@ class HybridCommunicator(InProcessCommunicator):
     """A thread rank's communicator: threads meet in-process, processes over MPI."""
 
     backend = "hybrid"
+    world: HybridWorld
 
-    def __init__(self, world, ring_id, ranks, global_rank):
+    def __init__(self, world: HybridWorld, ring_id: int, ranks: Sequence[int], global_rank: int) -> None:
         super().__init__(world, ring_id, ranks, global_rank)
         self.members = [r for r in self.ranks if r // world.places == world.trainer]
         self.outer, self.trainers = world.outer[ring_id]
@@ -81,11 +89,12 @@ class HybridCommunicator(InProcessCommunicator):
         total = self._across(lambda c: c.all_reduce(local, base))
         return finish_avg(total, self.nranks) if op == ReduceOp.AVG else total
 
-    def all_reduce(self, x, op=ReduceOp.SUM, out=None):
+    def all_reduce(self, x: np.ndarray, op: int = ReduceOp.SUM,
+                   out: Optional[np.ndarray] = None) -> np.ndarray:
         op, x = reduce_op(op), np.asarray(x)
         return _into(out, self._collective("all_reduce", (op,), x, lambda xs: self._fanout(self._reduce_all(xs, op))))
 
-    def broadcast(self, x, root=0, out=None):
+    def broadcast(self, x: np.ndarray, root: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
         check_root(root, self.nranks, self.where("broadcast"))
         x, g = np.asarray(x), self.ranks[root]
         owner = g // self.world.places
@@ -95,7 +104,8 @@ class HybridCommunicator(InProcessCommunicator):
             return self._fanout(self._across(lambda c: c.broadcast(val, self.trainers.index(owner))))
         return _into(out, self._collective("broadcast", (root,), x, combine))
 
-    def reduce(self, x, root=0, op=ReduceOp.SUM, out=None):
+    def reduce(self, x: np.ndarray, root: int = 0, op: int = ReduceOp.SUM,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
         check_root(root, self.nranks, self.where("reduce"))
         op, x, g = reduce_op(op), np.asarray(x), self.ranks[root]
 
@@ -104,14 +114,14 @@ class HybridCommunicator(InProcessCommunicator):
             return [total if r == g else xs[i] for i, r in enumerate(self.members)]
         return _into(out, self._collective("reduce", (root, op), x, combine))
 
-    def all_gather(self, x):
+    def all_gather(self, x: np.ndarray) -> np.ndarray:
         self._need_even("all_gather")
         x = np.asarray(x)
         join = np.stack if x.ndim == 0 else np.concatenate
         return self._collective("all_gather", (), x,
                                 lambda xs: self._fanout(self._across(lambda c: c.all_gather(join(xs)))))
 
-    def reduce_scatter(self, x, op=ReduceOp.SUM):
+    def reduce_scatter(self, x: np.ndarray, op: int = ReduceOp.SUM) -> np.ndarray:
         self._need_even("reduce_scatter")
         op, x = reduce_op(op), np.asarray(x)
         check_scatter_shape(x, self.nranks, self.where("reduce_scatter"))
@@ -121,7 +131,7 @@ class HybridCommunicator(InProcessCommunicator):
             return [chunks[self.ranks.index(r)] for r in self.members]
         return self._collective("reduce_scatter", (op,), x, combine)
 
-    def barrier(self):
+    def barrier(self) -> None:
         self._collective("barrier", (), None,
                          lambda xs: (self._across(lambda c: c.barrier()), [None] * len(self.members))[1])
 
@@ -134,7 +144,7 @@ class HybridCommunicator(InProcessCommunicator):
         p = self.world.places
         return 1 + (src % p) * p + dst % p
 
-    def send(self, x, peer):
+    def send(self, x: np.ndarray, peer: int) -> None:
         self.check_peer(peer, "send")
         dst = self.ranks[peer]
         if dst // self.world.places == self.world.trainer:
@@ -142,7 +152,7 @@ class HybridCommunicator(InProcessCommunicator):
         self.world.raise_if_failed(self.global_rank)
         self.outer.send(x, self.trainers.index(dst // self.world.places), self._channel(self.global_rank, dst))
 
-    def recv(self, peer, shape=None, dtype=None):
+    def recv(self, peer: int, shape: Optional[Sequence[int]] = None, dtype: Any = None) -> np.ndarray:
         self.check_peer(peer, "recv")
         src = self.ranks[peer]
         if src // self.world.places == self.world.trainer:
@@ -157,7 +167,8 @@ class HybridCommunicator(InProcessCommunicator):
 HybridWorld.communicator_class = HybridCommunicator
 
 
-def run_hybrid(places, fn, *args, timeout=DEFAULT_TIMEOUT, abort_on_error=True, **kwargs):
+def run_hybrid(places: int, fn: Callable[..., Any], *args: Any, timeout: Optional[float] = DEFAULT_TIMEOUT,
+               abort_on_error: bool = True, **kwargs: Any) -> List[Any]:
     """Run ``fn`` as this MPI process's ``places`` thread ranks; call it on every process.
 
     Returns this process's results (one per place). If a rank fails, the

@@ -23,9 +23,12 @@ returns each rank's result. The ranks meet in an :class:`InProcessWorld`.
 Python threads share the GIL, so this is for correctness and teaching, not
 speed (NumPy kernels release the GIL, so large ops still overlap).
 """
+from __future__ import annotations
+
 import collections
 import threading
 import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -49,28 +52,30 @@ class InProcessWorld:
     """The meeting place of ``nranks`` thread ranks: collective rounds and mailboxes."""
 
     backend = "inprocess"
+    communicator_class: type[InProcessCommunicator]  # set below the class
+    ps_layout: Optional[Tuple[int, int]] = None  # (servers, workers) of a run_ps_in_process job
 
-    def __init__(self, nranks, timeout=DEFAULT_TIMEOUT):
+    def __init__(self, nranks: int, timeout: Optional[float] = DEFAULT_TIMEOUT) -> None:
         if not isinstance(nranks, int) or nranks < 1:
             raise InvalidArgument(f"nranks must be a positive int, got {nranks!r}")
         self.nranks, self.timeout = nranks, timeout
         self.cond = threading.Condition()
-        self.failed = None            # (rank, exception) of the first rank that failed
+        self.failed: Optional[Tuple[int, BaseException]] = None  # (rank, exception) of the first rank that failed
         self.finished = set()         # ranks whose function returned or raised
         self.rounds = {}              # (ring_id, call number) -> _Round
         self.mail = collections.defaultdict(collections.deque)  # (ring_id, src, dst) -> arrays
         self.group_ranks = {}         # ring_id -> ranks, the same on every rank
 
-    def reset(self):
+    def reset(self) -> None:
         """Forget which ranks finished, so the same world (and its rings) can run again."""
         with self.cond:
             self.finished.clear()
 
-    def context(self, rank):
+    def context(self, rank: int) -> RankContext:
         """A new rank context for ``rank`` (with the world group, ring 0)."""
         return RankContext(rank, self.nranks, self)
 
-    def new_communicator(self, ring_id, ranks, rank):
+    def new_communicator(self, ring_id: int, ranks: Sequence[int], rank: int) -> Optional[Communicator]:
         ranks = tuple(int(r) for r in ranks)
         if not ranks or len(set(ranks)) != len(ranks) or not all(0 <= r < self.nranks for r in ranks):
             raise InvalidArgument(f"group ranks {list(ranks)} must be distinct ranks of 0..{self.nranks - 1}")
@@ -82,19 +87,20 @@ class InProcessWorld:
         return self.communicator_class(self, ring_id, ranks, rank) if rank in ranks else None
 
     # ---- failure and waiting (call with self.cond held) -----------------
-    def fail(self, rank, exc):
+    def fail(self, rank: int, exc: BaseException) -> None:
         with self.cond:
             if self.failed is None:
                 self.failed = (rank, exc)
             self.cond.notify_all()
 
-    def raise_if_failed(self, me):
+    def raise_if_failed(self, me: int) -> None:
         if self.failed is not None and self.failed[0] != me:
             r, e = self.failed
             raise RankFailed(f"rank {me}: stopped because rank {r} failed: {type(e).__name__}: {e}",
                              rank=r, error=e)
 
-    def wait(self, ready, me, what, missing=None):
+    def wait(self, ready: Callable[[], Any], me: int, what: str,
+             missing: Optional[Callable[[], Any]] = None) -> None:
         """Wait until ``ready()``; stop on a failed peer or after ``timeout`` seconds."""
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while not ready():
@@ -111,7 +117,7 @@ class InProcessCommunicator(Communicator):
 
     backend = "inprocess"
 
-    def __init__(self, world, ring_id, ranks, global_rank):
+    def __init__(self, world: InProcessWorld, ring_id: int, ranks: Sequence[int], global_rank: int) -> None:
         super().__init__(ring_id, ranks, global_rank, world.timeout)
         self.world = world
         self.calls = 0
@@ -168,20 +174,22 @@ class InProcessCommunicator(Communicator):
         return [result] + [result.copy() for _ in range(self._local()[0] - 1)]
 
     # ---- the interface --------------------------------------------------
-    def all_reduce(self, x, op=ReduceOp.SUM, out=None):
+    def all_reduce(self, x: np.ndarray, op: int = ReduceOp.SUM,
+                   out: Optional[np.ndarray] = None) -> np.ndarray:
         op = reduce_op(op)
         x = np.asarray(x)
         res = self._collective("all_reduce", (op,), x, lambda xs: self._fanout(reduce_arrays(xs, op)))
         return _into(out, res)
 
-    def broadcast(self, x, root=0, out=None):
+    def broadcast(self, x: np.ndarray, root: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
         check_root(root, self.nranks, self.where("broadcast"))
         x = np.asarray(x)
         res = self._collective("broadcast", (root,), x,
                                lambda xs: [xs[root] if r == root else xs[root].copy() for r in range(self.nranks)])
         return _into(out, res)
 
-    def reduce(self, x, root=0, op=ReduceOp.SUM, out=None):
+    def reduce(self, x: np.ndarray, root: int = 0, op: int = ReduceOp.SUM,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
         check_root(root, self.nranks, self.where("reduce"))
         op = reduce_op(op)
         x = np.asarray(x)
@@ -189,22 +197,22 @@ class InProcessCommunicator(Communicator):
                                lambda xs: [reduce_arrays(xs, op) if r == root else xs[r] for r in range(self.nranks)])
         return _into(out, res)
 
-    def all_gather(self, x):
+    def all_gather(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x)
         join = np.stack if x.ndim == 0 else np.concatenate
         return self._collective("all_gather", (), x, lambda xs: self._fanout(join(xs)))
 
-    def reduce_scatter(self, x, op=ReduceOp.SUM):
+    def reduce_scatter(self, x: np.ndarray, op: int = ReduceOp.SUM) -> np.ndarray:
         op = reduce_op(op)
         x = np.asarray(x)
         check_scatter_shape(x, self.nranks, self.where("reduce_scatter"))
         return self._collective("reduce_scatter", (op,), x,
                                 lambda xs: np.split(reduce_arrays(xs, op), self.nranks))
 
-    def barrier(self):
+    def barrier(self) -> None:
         self._collective("barrier", (), None, lambda xs: [None] * self.nranks)
 
-    def send(self, x, peer):
+    def send(self, x: np.ndarray, peer: int) -> None:
         self.check_peer(peer, "send")
         w, me = self.world, self.global_rank
         a = np.array(x, copy=True)  # the sender may reuse its buffer at once
@@ -213,7 +221,7 @@ class InProcessCommunicator(Communicator):
             w.mail[(self.ring_id, me, self.ranks[peer])].append(a)
             w.cond.notify_all()
 
-    def recv(self, peer, shape=None, dtype=None):
+    def recv(self, peer: int, shape: Optional[Sequence[int]] = None, dtype: Any = None) -> np.ndarray:
         self.check_peer(peer, "recv")
         w, me = self.world, self.global_rank
         src = self.ranks[peer]
@@ -236,7 +244,8 @@ def _into(out, res):
     return out
 
 
-def run_in_process(nranks, fn, *args, timeout=DEFAULT_TIMEOUT, **kwargs):
+def run_in_process(nranks: int, fn: Callable[..., Any], *args: Any,
+                   timeout: Optional[float] = DEFAULT_TIMEOUT, **kwargs: Any) -> List[Any]:
     """Run ``fn(*args, **kwargs)`` as ranks 0..nranks-1, one thread each; return their results.
 
     Inside ``fn``, ``refimpl.distributed.get_rank()`` and the collective ops
@@ -249,7 +258,8 @@ def run_in_process(nranks, fn, *args, timeout=DEFAULT_TIMEOUT, **kwargs):
     return run_threads(world, range(nranks), fn, args, kwargs, timeout)
 
 
-def run_threads(world, ids, fn, args, kwargs, timeout):
+def run_threads(world: InProcessWorld, ids: Sequence[int], fn: Callable[..., Any], args: Sequence[Any],
+                kwargs: Dict[str, Any], timeout: Optional[float]) -> List[Any]:
     """One thread per id in ``ids``, each as the rank ``world.context(id)``; see run_in_process."""
     ids = list(ids)
     results, errors = {}, {}

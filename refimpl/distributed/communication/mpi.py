@@ -20,11 +20,14 @@ with ``Split``. Differences from Paddle, and how it works:
   stops every rank. A watchdog thread does the same when a blocking call
   waits longer than ``timeout`` seconds (``set_timeout``; None = for ever).
 """
+from __future__ import annotations
+
 import atexit
 import sys
 import threading
 import time
 import traceback
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -89,7 +92,8 @@ class MPIWorld:
 
     backend = "mpi"
 
-    def __init__(self, comm=None, timeout=DEFAULT_TIMEOUT, check_meta=True, abort_on_error=True):
+    def __init__(self, comm: Any = None, timeout: Optional[float] = DEFAULT_TIMEOUT, check_meta: bool = True,
+                 abort_on_error: bool = True) -> None:
         from mpi4py import MPI
         self.MPI = MPI
         self.world_comm = comm if comm is not None else MPI.COMM_WORLD
@@ -101,14 +105,14 @@ class MPIWorld:
             sys.excepthook = self._excepthook
         atexit.register(self.flush)
 
-    def context(self):
+    def context(self) -> RankContext:
         return RankContext(self.rank, self.nranks, self)
 
-    def set_timeout(self, seconds):
+    def set_timeout(self, seconds: Optional[float]) -> None:
         """Seconds any blocking call may wait before the job is aborted (None: no limit)."""
         self.timeout = seconds
 
-    def new_communicator(self, ring_id, ranks, rank):
+    def new_communicator(self, ring_id: int, ranks: Sequence[int], rank: int) -> Optional[Communicator]:
         """Collective over the whole world, as Paddle's ``new_group``: every rank must call it."""
         ranks = tuple(int(r) for r in ranks)
         if not ranks or len(set(ranks)) != len(ranks) or not all(0 <= r < self.nranks for r in ranks):
@@ -128,14 +132,14 @@ class MPIWorld:
         # on one GPU) the plain MPI communicator stages device buffers through host memory.
         nccl = select_nccl(self, sub, ring_id, rank)
         if nccl is not None:
-            comm = NcclRingCommunicator(self, ring_id, ranks, rank, sub, nccl)
+            comm: MPICommunicator = NcclRingCommunicator(self, ring_id, ranks, rank, sub, nccl)
             self.comms.append(comm)
             return comm
         comm = MPICommunicator(self, ring_id, ranks, rank, sub)
         self.comms.append(comm)
         return comm
 
-    def blocking(self, what, fn, *args):
+    def blocking(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Call a blocking MPI function under the watchdog."""
         self.watchdog.arm(what)
         try:
@@ -143,12 +147,12 @@ class MPIWorld:
         finally:
             self.watchdog.disarm()
 
-    def flush(self):
+    def flush(self) -> None:
         """Complete every buffered send (called at exit)."""
         for c in self.comms:
             c.flush()
 
-    def abort(self, message, code=1):
+    def abort(self, message: str, code: int = 1) -> None:
         sys.stderr.write(f"refimpl: {message}; aborting all ranks\n")
         sys.stderr.flush()
         time.sleep(0.5)  # let mpiexec forward the message before MPI_Abort tears the job down
@@ -165,7 +169,8 @@ class MPICommunicator(Communicator):
 
     backend = "mpi"
 
-    def __init__(self, world, ring_id, ranks, global_rank, comm):
+    def __init__(self, world: MPIWorld, ring_id: int, ranks: Sequence[int], global_rank: int,
+                 comm: Any) -> None:
         super().__init__(ring_id, ranks, global_rank, world.timeout)
         self.world, self.comm, self.MPI = world, comm, world.MPI
         self.ops = {ReduceOp.SUM: world.MPI.SUM, ReduceOp.MAX: world.MPI.MAX, ReduceOp.MIN: world.MPI.MIN,
@@ -202,7 +207,8 @@ class MPICommunicator(Communicator):
         return table
 
     # ---- the interface --------------------------------------------------
-    def all_reduce(self, x, op=ReduceOp.SUM, out=None):
+    def all_reduce(self, x: np.ndarray, op: int = ReduceOp.SUM,
+                   out: Optional[np.ndarray] = None) -> np.ndarray:
         op = reduce_op(op)
         inplace = out is not None and out is x and _contiguous(x)
         x = np.ascontiguousarray(x)
@@ -219,7 +225,7 @@ class MPICommunicator(Communicator):
             res = finish_avg(res, self.nranks)
         return _into(out, res)
 
-    def broadcast(self, x, root=0, out=None):
+    def broadcast(self, x: np.ndarray, root: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
         check_root(root, self.nranks, self.where("broadcast"))
         x = np.ascontiguousarray(x)
         self._check("broadcast", (root,), x)
@@ -227,7 +233,8 @@ class MPICommunicator(Communicator):
         self._call("broadcast", self.comm.Bcast, buf, root)
         return _into(out, buf)
 
-    def reduce(self, x, root=0, op=ReduceOp.SUM, out=None):
+    def reduce(self, x: np.ndarray, root: int = 0, op: int = ReduceOp.SUM,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
         check_root(root, self.nranks, self.where("reduce"))
         op = reduce_op(op)
         x = np.ascontiguousarray(x)
@@ -235,18 +242,18 @@ class MPICommunicator(Communicator):
         if x.dtype.char not in _MPI_REDUCIBLE:
             table = self._gather(x)
             return _into(out, reduce_arrays(list(table), op) if self.rank == root else x)
-        res = np.empty(x.shape, x.dtype) if self.rank == root else None
+        res: Any = np.empty(x.shape, x.dtype) if self.rank == root else None
         self._call("reduce", self.comm.Reduce, x, res, self.ops[op], root)
         if self.rank != root:
             return _into(out, x)
         return _into(out, finish_avg(res, self.nranks) if op == ReduceOp.AVG else res)
 
-    def all_gather(self, x):
+    def all_gather(self, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x)
         self._check("all_gather", (), x)
         return self._gather(x).reshape(gathered_shape(x.shape, self.nranks))
 
-    def reduce_scatter(self, x, op=ReduceOp.SUM):
+    def reduce_scatter(self, x: np.ndarray, op: int = ReduceOp.SUM) -> np.ndarray:
         op = reduce_op(op)
         x = np.ascontiguousarray(x)
         check_scatter_shape(x, self.nranks, self.where("reduce_scatter"))
@@ -257,11 +264,11 @@ class MPICommunicator(Communicator):
         self._call("reduce_scatter", self.comm.Reduce_scatter_block, x, res, self.ops[op])
         return finish_avg(res, self.nranks) if op == ReduceOp.AVG else res
 
-    def barrier(self):
+    def barrier(self) -> None:
         self._check("barrier", (), None)
         self._call("barrier", self.comm.Barrier)
 
-    def send(self, x, peer, channel=0):
+    def send(self, x: np.ndarray, peer: int, channel: int = 0) -> None:
         """Buffered send; ``channel`` keeps apart streams between the same two processes."""
         self.check_peer(peer, "send")
         x = np.ascontiguousarray(x)
@@ -272,7 +279,8 @@ class MPICommunicator(Communicator):
             self.sends.append((reqs, (h, x)))
         self._reap()
 
-    def recv(self, peer, shape=None, dtype=None, channel=0, what=None):
+    def recv(self, peer: int, shape: Optional[Sequence[int]] = None, dtype: Any = None, channel: int = 0,
+             what: Optional[str] = None) -> np.ndarray:
         self.check_peer(peer, "recv")
         what = what or f"recv from peer {peer}"
         tag = _TAG_META + 2 * channel
@@ -290,7 +298,7 @@ class MPICommunicator(Communicator):
             if self.sends:
                 self.sends = [s for s in self.sends if not self.MPI.Request.Testall(s[0])]
 
-    def flush(self):
+    def flush(self) -> None:
         """Wait until every buffered send has been received."""
         with self.lock:
             sends, self.sends = self.sends, []
@@ -299,7 +307,7 @@ class MPICommunicator(Communicator):
 
 
 # ---- NCCL on device buffers (the cuda backend) --------------------------------------------
-def select_nccl(world, sub, ring_id, rank):
+def select_nccl(world: MPIWorld, sub: Any, ring_id: int, rank: int) -> Any:
     """The NCCL communicator for a group (``cuda_backend.nccl.create``), or None to stay on MPI.
 
     Only when the process's backend is "cuda" (``refimpl.set_backend`` /
@@ -344,7 +352,8 @@ class NcclRingCommunicator(MPICommunicator):
 
     backend = "nccl"
 
-    def __init__(self, world, ring_id, ranks, global_rank, comm, nccl):
+    def __init__(self, world: MPIWorld, ring_id: int, ranks: Sequence[int], global_rank: int, comm: Any,
+                 nccl: Any) -> None:
         super().__init__(world, ring_id, ranks, global_rank, comm)
         self.nccl = nccl
 
@@ -361,21 +370,23 @@ class NcclRingCommunicator(MPICommunicator):
         out.copy_to_device(res)
         return out
 
-    def all_reduce(self, x, op=ReduceOp.SUM, out=None):
+    def all_reduce(self, x: np.ndarray, op: int = ReduceOp.SUM,
+                   out: Optional[np.ndarray] = None) -> np.ndarray:
         if not self._on_device(x):
             return super().all_reduce(x, op, out)
         op = reduce_op(op)
         self._check("all_reduce", (op,), x)
         return self._into_device(out, self.nccl.all_reduce(x, op))
 
-    def broadcast(self, x, root=0, out=None):
+    def broadcast(self, x: np.ndarray, root: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
         if not self._on_device(x):
             return super().broadcast(x, root, out)
         check_root(root, self.nranks, self.where("broadcast"))
         self._check("broadcast", (root,), x)
         return self._into_device(out, self.nccl.broadcast(x, root))
 
-    def reduce(self, x, root=0, op=ReduceOp.SUM, out=None):
+    def reduce(self, x: np.ndarray, root: int = 0, op: int = ReduceOp.SUM,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
         if not self._on_device(x):
             return super().reduce(x, root, op, out)
         check_root(root, self.nranks, self.where("reduce"))
@@ -384,13 +395,13 @@ class NcclRingCommunicator(MPICommunicator):
         res = self.nccl.all_reduce(x, op)  # (the binding has no ncclReduce; non-roots keep x)
         return self._into_device(out, res if self.rank == root else x)
 
-    def all_gather(self, x):
+    def all_gather(self, x: np.ndarray) -> np.ndarray:
         if not self._on_device(x):
             return super().all_gather(x)
         self._check("all_gather", (), x)
         return self.nccl.all_gather(x)
 
-    def reduce_scatter(self, x, op=ReduceOp.SUM):
+    def reduce_scatter(self, x: np.ndarray, op: int = ReduceOp.SUM) -> np.ndarray:
         if not self._on_device(x):
             return super().reduce_scatter(x, op)
         op = reduce_op(op)
@@ -398,7 +409,7 @@ class NcclRingCommunicator(MPICommunicator):
         self._check("reduce_scatter", (op,), x)
         return self.nccl.reduce_scatter(x, op)
 
-    def send(self, x, peer, channel=0):
+    def send(self, x: Any, peer: int, channel: int = 0) -> None:
         from cuda_backend.device import is_device
         if is_device(x):
             x = x.copy_to_host()
@@ -420,7 +431,8 @@ _world = None
 _ctx = None
 
 
-def init_mpi(timeout=None, check_meta=True, abort_on_error=True):
+def init_mpi(timeout: Optional[float] = None, check_meta: bool = True,
+             abort_on_error: bool = True) -> RankContext:
     """Join the MPI job (once per process) and make its rank context the process's; return it.
 
     ``timeout``: seconds a blocking call may wait before the job is aborted
@@ -431,7 +443,8 @@ def init_mpi(timeout=None, check_meta=True, abort_on_error=True):
         _world = MPIWorld(timeout=DEFAULT_TIMEOUT if timeout is None else timeout, check_meta=check_meta,
                           abort_on_error=abort_on_error)
         _ctx = _world.context()
-        set_process_context(_ctx)
+        # RankContext.comms is a dict; core's RankContextLike declares it a (settable) Mapping
+        set_process_context(_ctx)  # type: ignore[arg-type]
     else:
         if timeout is not None:
             _world.timeout = timeout

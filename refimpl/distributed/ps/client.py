@@ -11,17 +11,25 @@ GEO keeps the parameters as last seen from the servers and, every
 ``servers - seen`` to its local parameters (Paddle's ``GeoCommunicator``
 formulas).
 """
+from __future__ import annotations
+
+from typing import Dict, List, Sequence, TYPE_CHECKING
+
 import numpy as np
 
 from refimpl.core.errors import InvalidArgument
 
 from . import protocol as P
 
+if TYPE_CHECKING:
+    from refimpl.distributed.communication.communicator import Communicator
+    from .transpile import PSJob
+
 
 class PSClient:
     """Worker ``index`` of ``job``, talking over ``comm`` (the world communicator)."""
 
-    def __init__(self, job, index, comm):
+    def __init__(self, job: PSJob, index: int, comm: Communicator) -> None:
         self.job, self.index, self.comm = job, index, comm
         self.plan = job.plan
         self.servers = list(range(job.server_num))
@@ -40,11 +48,11 @@ class PSClient:
                 parts[s].append(b.rows(values[b.param]))
         return parts
 
-    def push(self, kind, values):
+    def push(self, kind: int, values: Dict[str, np.ndarray]) -> None:
         for s, parts in self._by_server(values).items():
             P.send(self.comm, self._peer(s), kind, parts)
 
-    def request(self, server, kind, arrays=()):
+    def request(self, server: int, kind: int, arrays: Sequence[np.ndarray] = ()) -> List[np.ndarray]:
         """Send one request to ``server`` and return its reply's arrays."""
         P.send(self.comm, self._peer(server), kind, arrays)
         got, reply = P.recv(self.comm, self._peer(server))
@@ -53,7 +61,7 @@ class PSClient:
                                   f"to {P.KIND_NAMES[kind]}")
         return reply
 
-    def pull(self):
+    def pull(self) -> Dict[str, np.ndarray]:
         """Every trainable parameter, full size, assembled from the servers' blocks."""
         for s in self.servers:  # ask every server first, so they work on it at once
             P.send(self.comm, self._peer(s), P.PULL)
@@ -65,10 +73,10 @@ class PSClient:
         return {name: np.concatenate([parts[k] for k in sorted(parts)]) if len(parts) > 1 else parts[0]
                 for name, parts in got.items()}
 
-    def push_grads(self, grads):
+    def push_grads(self, grads: Dict[str, np.ndarray]) -> None:
         self.push(P.PUSH_GRAD, grads)
 
-    def geo_step(self, params, k_steps):
+    def geo_step(self, params: Dict[str, np.ndarray], k_steps: int) -> Dict[str, np.ndarray]:
         """One GEO run: every ``k_steps`` runs, push deltas and merge the servers' values into ``params``."""
         self.steps += 1
         if self.steps % k_steps:
@@ -83,14 +91,14 @@ class PSClient:
         return out
 
     # ---- control -----------------------------------------------------------------------------
-    def barrier(self):
+    def barrier(self) -> None:
         self.request(0, P.BARRIER)
 
-    def stop(self):
+    def stop(self) -> None:
         for s in self.servers:
             P.send(self.comm, self._peer(s), P.STOP)
 
-    def gather_tables(self):
+    def gather_tables(self) -> Dict[str, np.ndarray]:
         """``{full var name: value}`` of every variable the servers hold (parameters and optimizer state)."""
         pieces = {}
         for s in self.servers:
@@ -102,7 +110,7 @@ class PSClient:
         return {full: parts[-1] if -1 in parts else np.concatenate([parts[k] for k in sorted(parts)])
                 for full, parts in pieces.items()}
 
-    def load_tables(self, values):
+    def load_tables(self, values: Dict[str, np.ndarray]) -> int:
         """Send each server its parts of ``values`` (full size, by name); return how many it set."""
         count = 0
         for s in self.servers:
@@ -114,5 +122,5 @@ class PSClient:
             count += int(self.request(s, P.LOAD, [P.encode_names(names)] + arrays)[0])
         return count
 
-    def shrink(self):
+    def shrink(self) -> int:
         return sum(int(self.request(s, P.SHRINK)[0]) for s in self.servers)

@@ -12,13 +12,22 @@ methods gather from / scatter to the servers through the calling worker and
 use one ``persistables.npz`` (``mode`` is accepted and ignored); ``shrink``
 drops nothing (dense tables only) and returns 0.
 """
+from __future__ import annotations
+
 import logging
 import os
+from typing import Any, Optional, Sequence, TYPE_CHECKING
 
 import numpy as np
 
 from refimpl.core.errors import PreconditionNotMet
 from refimpl.distributed.fleet.base.compat_errors import PreconditionAssertion
+
+if TYPE_CHECKING:
+    from refimpl.core.scope import Scope
+    from refimpl.executor.executor import Executor
+    from refimpl.framework.program import Program
+    from refimpl.framework.variable import Variable
 
 logger = logging.getLogger("refimpl.distributed.fleet")
 
@@ -45,18 +54,18 @@ class ParameterServerAPI:
             self._ps_runtime = PSRuntime(self._ps_job, rm)
         return self._ps_runtime
 
-    def init_server(self, *args, **kwargs):
+    def init_server(self, *args: Any, **kwargs: Any) -> None:
         """Build this server's tables from the startup program, or from a model saved in ``dirname``."""
         rt = self._ps("init_server", "server")
         if rt is not None:
             rt.init_server(args[0] if args else kwargs.get("dirname"))
 
-    def run_server(self):
+    def run_server(self) -> Optional[int]:
         """Serve the workers until every one has called ``stop_worker``; return the updates applied."""
         rt = self._ps("run_server", "server")
         return rt.run_server() if rt is not None else None
 
-    def init_worker(self, scopes=None):
+    def init_worker(self, scopes: Optional[Sequence[Scope]] = None) -> None:
         """Connect this worker to the servers and pull the initial parameters into the (global) scope."""
         rt = self._ps("init_worker", "worker")
         if rt is not None:
@@ -64,7 +73,7 @@ class ParameterServerAPI:
             scope = scopes[0] if isinstance(scopes, (list, tuple)) else scopes
             rt.init_worker(scope if scope is not None else global_scope())
 
-    def stop_worker(self):
+    def stop_worker(self) -> None:
         """Tell every server that this worker is done."""
         rt = self._ps("stop_worker", "worker")
         if rt is not None:
@@ -83,16 +92,20 @@ class ParameterServerAPI:
                 values[v.name] = np.array(held.get_tensor())
         return values
 
-    def save_persistables(self, executor, dirname, main_program=None, mode=0):
+    def save_persistables(self, executor: Optional[Executor], dirname: str,
+                          main_program: Optional[Program] = None, mode: int = 0) -> Optional[str]:
         """Save every persistable (parameters and optimizer state gathered from the servers) to
         ``dirname/persistables.npz``; return its path."""
         values = self._gathered("save_persistables", main_program)
         if values is not None:
             from refimpl.distributed.ps import save_npz
             return save_npz(dirname, values)
+        return None
 
-    def save_inference_model(self, executor, dirname, feeded_var_names, target_vars, main_program=None,
-                             export_for_deployment=True, mode=0):
+    def save_inference_model(self, executor: Optional[Executor], dirname: str,
+                             feeded_var_names: Sequence[str], target_vars: Sequence[Variable],
+                             main_program: Optional[Program] = None, export_for_deployment: bool = True,
+                             mode: int = 0) -> None:
         """The servers' parameters pulled into this worker, then ``static.save_inference_model`` to
         ``dirname/model``."""
         rt = self._ps("save_inference_model", "worker")
@@ -106,7 +119,7 @@ class ParameterServerAPI:
         return save_inference_model(os.path.join(dirname, "model"), feeds, list(target_vars), executor,
                                     program=program, scope=rt.scope)
 
-    def load_model(self, path, mode=0):
+    def load_model(self, path: str, mode: int = 0) -> None:
         """Send a model saved by ``save_persistables`` to the servers and pull its parameters here."""
         rt = self._ps("load_model", "worker")
         if rt is not None:
@@ -114,7 +127,7 @@ class ParameterServerAPI:
             rt.require_client("load_model").load_tables(load_npz(path))
             rt.refresh(rt.scope)
 
-    def shrink(self, threshold=None):
+    def shrink(self, threshold: Optional[int] = None) -> Optional[int]:
         """Paddle drops rarely seen sparse features; refimpl's tables are dense, so 0 rows are dropped."""
         rt = self._ps("shrink", "worker")
         return rt.require_client("shrink").shrink() if rt is not None else None

@@ -10,7 +10,15 @@ object computed identically on every rank from the program alone (sorted by
 name, small parameters go to the least-loaded server, ties to the lowest
 index), there are no sparse tables and no table ids.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, TYPE_CHECKING, Tuple
+
 from refimpl.core.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    import numpy as np
+    from refimpl.distributed.fleet.base.distributed_strategy import DistributedStrategy
 
 #: parameters with at least this many elements are split by rows over the servers
 MIN_BLOCK_SIZE = 8192
@@ -25,10 +33,11 @@ class Block:
 
     __slots__ = ("param", "server", "begin", "end", "suffix")
 
-    def __init__(self, param, server, begin=0, end=None, suffix=""):
+    def __init__(self, param: str, server: int, begin: int = 0, end: Optional[int] = None,
+                 suffix: str = "") -> None:
         self.param, self.server, self.begin, self.end, self.suffix = param, server, begin, end, suffix
 
-    def rows(self, array):
+    def rows(self, array: np.ndarray) -> np.ndarray:
         """This block's part of a full-size array."""
         return array if self.end is None else array[self.begin:self.end]
 
@@ -45,7 +54,8 @@ class ShardPlan:
     fixed order (the order of every message between workers and ``s``).
     """
 
-    def __init__(self, params, server_num, min_block_size=None):
+    def __init__(self, params: Sequence[Tuple[str, Any]], server_num: int,
+                 min_block_size: Optional[int] = None) -> None:
         if server_num < 1:
             raise InvalidArgument(f"a parameter-server job needs at least one server, got {server_num}")
         self.server_num = server_num
@@ -71,10 +81,10 @@ class ShardPlan:
         bounds = [rows * i // n for i in range(n + 1)]
         return [Block(name, i, bounds[i], bounds[i + 1], f".block{i}") for i in range(n)]
 
-    def on_server(self, server):
+    def on_server(self, server: int) -> List[Block]:
         return [b for name in self.names for b in self.blocks[name] if b.server == server]
 
-    def split(self, name, array):
+    def split(self, name: str, array: np.ndarray) -> Dict[int, np.ndarray]:
         """``{server: part}`` of a full-size array of parameter ``name`` (or of its gradient)."""
         return {b.server: b.rows(array) for b in self.blocks[name]}
 
@@ -89,7 +99,7 @@ def _numel(shape):
     return n
 
 
-def mode_of(strategy):
+def mode_of(strategy: DistributedStrategy) -> Tuple[str, int]:
     """``"sync"``, ``"async"`` or ``"geo"`` from a DistributedStrategy, and GEO's ``k_steps``."""
     if not strategy.a_sync:
         return "sync", 0

@@ -14,24 +14,33 @@ Differences from Paddle: no brpc, no endpoints actually opened (the
 ``PADDLE_*`` endpoints only name the roles), one runtime per rank context,
 models saved as one ``.npz`` (``allow_pickle=False``).
 """
+from __future__ import annotations
+
 import os
-import weakref
+from typing import Any, Callable, Dict, List, Optional, TYPE_CHECKING, Tuple
 
 import numpy as np
 
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 from refimpl.distributed.communication import DEFAULT_TIMEOUT, InProcessWorld, context
 from refimpl.distributed.communication.inprocess import run_threads
+from refimpl.ops.ps_ops import ps_runtime_of_current_rank
 
 from .client import PSClient
 from .server import ParameterServer
 
+if TYPE_CHECKING:
+    from refimpl.core.scope import Scope
+    from refimpl.distributed.communication.context import RankContext
+    from refimpl.distributed.fleet.base.role_maker import RoleMakerBase, UserDefinedRoleMaker
+    from .transpile import PSJob
+
 MODEL_FILE = "persistables.npz"
-_runtimes = weakref.WeakKeyDictionary()  # rank context -> PSRuntime
 
 
 # ---- in-process jobs and their role makers ------------------------------------------------------
-def run_ps_in_process(server_num, worker_num, fn, *args, timeout=DEFAULT_TIMEOUT, **kwargs):
+def run_ps_in_process(server_num: int, worker_num: int, fn: Callable[..., Any], *args: Any,
+                      timeout: Optional[float] = DEFAULT_TIMEOUT, **kwargs: Any) -> List[Any]:
     """Run ``fn`` on ``server_num + worker_num`` thread ranks (servers first); return their results.
 
     Inside, ``fleet.init()`` (no role maker) gives each thread its PS role;
@@ -44,13 +53,14 @@ def run_ps_in_process(server_num, worker_num, fn, *args, timeout=DEFAULT_TIMEOUT
     return run_threads(world, range(server_num + worker_num), fn, args, kwargs, timeout)
 
 
-def endpoints(server_num, worker_num, host="127.0.0.1", base_port=6170):
+def endpoints(server_num: int, worker_num: int, host: str = "127.0.0.1",
+              base_port: int = 6170) -> Tuple[List[str], List[str]]:
     """Made-up endpoints of the servers and of the workers (ports in rank order)."""
     return ([f"{host}:{base_port + i}" for i in range(server_num)],
             [f"{host}:{base_port + server_num + j}" for j in range(worker_num)])
 
 
-def thread_role_maker():
+def thread_role_maker() -> Optional[UserDefinedRoleMaker]:
     """A UserDefinedRoleMaker for the calling thread rank of a ``run_ps_in_process`` job, else None."""
     if not context.has_thread_context():
         return None
@@ -67,7 +77,7 @@ def thread_role_maker():
                                 server_endpoints=servers, worker_endpoints=workers)
 
 
-def join_mpi_if_launched():
+def join_mpi_if_launched() -> Optional[RankContext]:
     """Under mpiexec, outside thread ranks: join the MPI job (once); return this rank's context."""
     ctx = context.current()
     under_mpi = any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"))
@@ -92,12 +102,13 @@ def _rank_context(server_num, worker_num):
 class PSRuntime:
     """One rank's part of a PS job: a ParameterServer or a PSClient."""
 
-    def __init__(self, job, role_maker):
+    def __init__(self, job: PSJob, role_maker: RoleMakerBase) -> None:
         self.job, self.rm = job, role_maker
         self.ctx = _rank_context(job.server_num, job.worker_num)
         self.comm = self.ctx.comm(0)
-        self.server = self.client = None
-        _runtimes[self.ctx] = self
+        self.server: Optional[ParameterServer] = None
+        self.client: Optional[PSClient] = None
+        self.ctx.ps_runtime = self  # where the ps_* op kernels find it (refimpl.core.comm_context)
 
     def _executor(self):
         from refimpl.executor import Executor
@@ -105,7 +116,7 @@ class PSRuntime:
         return Executor(CPUPlace())
 
     # ---- server side --------------------------------------------------------------------------
-    def init_server(self, dirname=None):
+    def init_server(self, dirname: Optional[str] = None) -> None:
         from refimpl.core.scope import Scope
         exe, scratch = self._executor(), Scope()
         exe.run(self.job.startup, scope=scratch)
@@ -119,53 +130,50 @@ class PSRuntime:
         self.server = ParameterServer(self.job, self.rm._server_index(), self.comm, exe, Scope())
         self.server.init_from(full)
 
-    def run_server(self):
+    def run_server(self) -> int:
         if self.server is None:
             raise PreconditionNotMet("run_server: call fleet.init_server() first")
         return self.server.serve()
 
     # ---- worker side --------------------------------------------------------------------------
-    def init_worker(self, scope):
+    def init_worker(self, scope: Scope) -> None:
         self.client = PSClient(self.job, self.rm._worker_index(), self.comm)
         self.scope = scope
         self.refresh(scope)
         if self.job.mode == "geo":
             self.client.last_seen = {n: np.array(scope.find_var(n).get_tensor()) for n in self.job.plan.names}
 
-    def refresh(self, scope):
+    def refresh(self, scope: Scope) -> None:
         """Copy the servers' parameters into ``scope``."""
-        for name, value in self.client.pull().items():
+        for name, value in self.require_client("refresh").pull().items():
             scope.var(name).get_tensor().set(value)
 
-    def require_client(self, what):
+    def require_client(self, what: str) -> PSClient:
         if self.client is None:
             raise PreconditionNotMet(f"{what}: call fleet.init_worker() on this worker first")
         return self.client
 
 
-def runtime_of_current_rank():
-    rt = _runtimes.get(context.current())
-    if rt is None:
-        raise PreconditionNotMet("a parameter-server op ran on a rank without a PS runtime: build the program "
-                                 "with fleet.distributed_optimizer(...).minimize in PS mode and call "
-                                 "fleet.init_worker() first")
-    return rt
+def runtime_of_current_rank() -> PSRuntime:
+    """The running rank's PSRuntime (PreconditionNotMet if none was made on it)."""
+    return ps_runtime_of_current_rank()
 
 
-def client_of_current_rank(what):
+def client_of_current_rank(what: str) -> PSClient:
     return runtime_of_current_rank().require_client(what)
 
 
 # ---- files --------------------------------------------------------------------------------------
-def save_npz(dirname, values):
+def save_npz(dirname: str, values: Dict[str, np.ndarray]) -> str:
     os.makedirs(dirname, exist_ok=True)
     path = os.path.join(dirname, MODEL_FILE)
     with open(path, "wb") as f:
-        np.savez(f, **{k: np.asarray(v) for k, v in sorted(values.items())})
+        # numpy's stub takes the ** arrays for its allow_pickle keyword
+        np.savez(f, **{k: np.asarray(v) for k, v in sorted(values.items())})  # type: ignore[arg-type]
     return path
 
 
-def load_npz(dirname):
+def load_npz(dirname: str) -> Dict[str, np.ndarray]:
     path = dirname if dirname.endswith(".npz") else os.path.join(dirname, MODEL_FILE)
     if not os.path.exists(path):
         raise InvalidArgument(f"no saved PS model at {path}")

@@ -18,7 +18,10 @@ and GEO training are deterministic; there are no threads, queues or sparse
 tables. A worker that fails or stays silent past the communicator's timeout
 ends ``serve`` with :class:`WorkerFailed` naming it.
 """
+from __future__ import annotations
+
 import logging
+from typing import Any, List, Optional, Sequence, TYPE_CHECKING
 
 import numpy as np
 
@@ -27,13 +30,19 @@ from refimpl.distributed.communication import RankFailed
 
 from . import protocol as P
 
+if TYPE_CHECKING:
+    from refimpl.core.scope import Scope
+    from refimpl.distributed.communication.communicator import Communicator
+    from refimpl.executor.executor import Executor
+    from .transpile import PSJob
+
 logger = logging.getLogger("refimpl.distributed.ps")
 
 
 class WorkerFailed(Unavailable):
     """A worker died or went silent while a server was serving it (``worker``: its index)."""
 
-    def __init__(self, message, worker=None):
+    def __init__(self, message: str, worker: Optional[int] = None) -> None:
         super().__init__(message)
         self.worker = worker
 
@@ -41,7 +50,7 @@ class WorkerFailed(Unavailable):
 class ParameterServer:
     """Server ``index`` of ``job`` (a PSJob), talking over ``comm`` (the world communicator)."""
 
-    def __init__(self, job, index, comm, executor, scope):
+    def __init__(self, job: PSJob, index: int, comm: Communicator, executor: Executor, scope: Scope) -> None:
         self.job, self.index, self.comm, self.exe, self.scope = job, index, comm, executor, scope
         self.blocks = job.plan.on_server(index)
         self.program = job.server_programs[index]
@@ -52,7 +61,7 @@ class ParameterServer:
         self.updates = 0
 
     # ---- state ----------------------------------------------------------------------------
-    def init_from(self, full):
+    def init_from(self, full: Any) -> None:
         """Fill every server variable from ``full`` (full-size values by name, e.g. a startup scope)."""
         for name, (src, block) in self.vars.items():
             if src not in full:
@@ -60,17 +69,17 @@ class ParameterServer:
             value = np.asarray(full[src])
             self.set(name, block.rows(value) if block is not None else value)
 
-    def get(self, name):
+    def get(self, name: str) -> np.ndarray:
         return np.array(self.scope.find_var(name).get_tensor())
 
-    def set(self, name, value):
+    def set(self, name: str, value: np.ndarray) -> None:
         self.scope.var(name).get_tensor().set(np.array(value, copy=True))
 
-    def param_blocks(self):
+    def param_blocks(self) -> List[np.ndarray]:
         return [self.get(b.param + b.suffix) for b in self.blocks]
 
     # ---- applying updates ----------------------------------------------------------------
-    def apply_grads(self, grads):
+    def apply_grads(self, grads: Sequence[np.ndarray]) -> None:
         """Run the server program once on one gradient per block (in block order)."""
         for b, g in zip(self.blocks, grads):
             self.set(self.job.plan_grad(b), g)
@@ -78,7 +87,7 @@ class ParameterServer:
             self.exe.run(self.program, scope=self.scope)
         self.updates += 1
 
-    def apply_deltas(self, deltas):
+    def apply_deltas(self, deltas: Sequence[np.ndarray]) -> None:
         for b, d in zip(self.blocks, deltas):
             name = b.param + b.suffix
             self.set(name, self.get(name) + d)
@@ -101,7 +110,7 @@ class ParameterServer:
                 P.send(self.comm, w, P.REPLY, self.param_blocks())
 
     # ---- the loop ---------------------------------------------------------------------------
-    def serve(self):
+    def serve(self) -> int:
         """Answer requests until every worker has stopped; return the number of updates applied."""
         active = list(self.workers)
         while active:

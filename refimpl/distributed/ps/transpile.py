@@ -19,17 +19,28 @@ Differences from Paddle: no sparse tables, no LR-decay program on the
 server (an ``LRScheduler`` raises Unimplemented), optimizer-role ops that do
 not update a (param, grad) pair (gradient clipping ...) raise Unimplemented.
 """
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, TYPE_CHECKING, Tuple
+
 from refimpl.core.errors import Unimplemented
 from refimpl.framework.op_role import OP_ROLE_VAR_ATTR, OpRole, is_optimize
 from refimpl.framework.program import Program
 
 from .plan import ShardPlan, mode_of
 
+if TYPE_CHECKING:
+    from refimpl.distributed.fleet.base.distributed_strategy import DistributedStrategy
+    from refimpl.framework.variable import Parameter, Variable
+    from .plan import Block
+
 
 class PSJob:
     """Everything a rank needs about one PS job: mode, plan, programs (what ``transpile`` returns)."""
 
-    def __init__(self, mode, k_steps, plan, params_grads, startup, server_programs, server_vars, worker_num):
+    def __init__(self, mode: str, k_steps: int, plan: ShardPlan, params_grads: Sequence[Tuple[Any, Any]],
+                 startup: Program, server_programs: List[Program], server_vars: List[Any],
+                 worker_num: int) -> None:
         self.mode, self.k_steps, self.plan = mode, k_steps, plan
         self.params_grads = params_grads            # [(param name, grad name)] in plan order
         self.startup = startup                       # the original startup program
@@ -38,15 +49,17 @@ class PSJob:
         self.worker_num = worker_num
 
     @property
-    def server_num(self):
+    def server_num(self) -> int:
         return self.plan.server_num
 
-    def plan_grad(self, block):
+    def plan_grad(self, block: Block) -> str:
         """The server-side name of the gradient of ``block``."""
         return dict(self.params_grads)[block.param] + block.suffix
 
 
-def transpile(main, startup, params_grads, strategy, server_num, worker_num, min_block_size=None):
+def transpile(main: Program, startup: Program, params_grads: Sequence[Tuple[Parameter, Variable]],
+              strategy: DistributedStrategy, server_num: int, worker_num: int,
+              min_block_size: Optional[int] = None) -> PSJob:
     """Split ``main`` for PS training (rewriting it in place into the worker program); return a PSJob."""
     if getattr(main, "lr_scheduler", None) is not None:
         raise Unimplemented("parameter-server training with an LRScheduler: refimpl's servers have no "
