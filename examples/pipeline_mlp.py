@@ -23,6 +23,7 @@ import sys
 import numpy as np
 
 import refimpl as paddle
+from refimpl.distributed.pipeline.partition import even_cuts
 from refimpl.distributed.pipeline.runner import build_pipeline, initial_values, train_in_process, train_rank
 from refimpl.framework import Program, unique_name
 
@@ -41,11 +42,6 @@ def build(layers, width=16, din=8, dtype="float64"):
         loss = paddle.mean(paddle.square(paddle.static.nn.fc(h, 1)))
         paddle.optimizer.Adam(LR).minimize(loss)
     return main, startup, loss
-
-
-def even_cuts(main, stages):
-    n = sum(1 for op in main.global_block().ops if op.role() in (0, 256))
-    return [round(n * k / stages) for k in range(1, stages)]
 
 
 def single_device(main, startup, loss, feeds, seed):

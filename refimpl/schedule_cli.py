@@ -15,10 +15,12 @@ import json
 import os
 import sys
 
-SCHEDULES = ("FThenB", "1F1B", "Eager1F1B", "VPP", "ZBH1", "ZBVPP")
+from refimpl.distributed.passes import new_pass
+from refimpl.distributed.passes.pipeline_scheduler_pass import SCHEDULES
+from refimpl.distributed.passes.pipeline_scheduler_pass.pipeline_zero_bubble import DEFAULT_PROGRAM_RUNTIMES
+
 PASS_PREFIX = "pipeline_scheduler_"
-ZBVPP_DEFAULT_RUNTIMES = [61, 72, 71, 34, 3]
-_PREFERRED = {"split_backward": False, "program_runtimes": ZBVPP_DEFAULT_RUNTIMES,
+_PREFERRED = {"split_backward": False, "program_runtimes": list(DEFAULT_PROGRAM_RUNTIMES),
               "injected_max_memory": None}
 
 
@@ -44,7 +46,7 @@ def pass_attrs(schedule, pp_degree, num_micro_batches, stage, vpp_degree=1,
     elif schedule == "ZBVPP":
         zero = {"forward": 0, "backward_b": 0, "backward_w": 0}
         attrs.update(vpp_degree=vpp_degree, memory_limit_times=-1,
-                     program_runtimes=list(program_runtimes or ZBVPP_DEFAULT_RUNTIMES),
+                     program_runtimes=list(program_runtimes or DEFAULT_PROGRAM_RUNTIMES),
                      injected_mem_usage_per_job=dict(zero),
                      injected_max_mem_usage_per_job=dict(zero),
                      injected_base_memory=0, injected_max_memory=None)
@@ -53,12 +55,6 @@ def pass_attrs(schedule, pp_degree, num_micro_batches, stage, vpp_degree=1,
 
 def job_lists_from_passes(schedule, pp_degree, num_micro_batches, vpp_degree=1, **kw):
     """Job lists of all stages from the scheduler passes (one pass per stage)."""
-    try:
-        from refimpl.distributed.passes import new_pass
-    except ImportError as e:
-        raise ScheduleUnavailable(
-            f"the pipeline scheduler passes (refimpl.distributed.passes) are not available "
-            f"({e}); use --joblists to read recorded job lists instead") from e
     lists = []
     for stage in range(pp_degree):
         attrs = pass_attrs(schedule, pp_degree, num_micro_batches, stage, vpp_degree, **kw)
@@ -71,11 +67,19 @@ def job_lists_from_passes(schedule, pp_degree, num_micro_batches, vpp_degree=1, 
     return lists
 
 
-def default_joblists_path():
-    """``$REFIMPL_ORACLE/joblists.json``, else ``<repo>/../shared/oracle/joblists.json``."""
+def default_joblists_path() -> str:
+    """``$REFIMPL_ORACLE/joblists.json`` if set, else the repository's ``oracle/joblists.json``.
+
+    Without that file (a checkout that lacks it) ``<repo>/../shared/oracle/joblists.json``,
+    the workspace copy the repository's one is synced from.
+    """
+    if "REFIMPL_ORACLE" in os.environ:
+        return os.path.join(os.environ["REFIMPL_ORACLE"], "joblists.json")
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    root = os.environ.get("REFIMPL_ORACLE", os.path.join(os.path.dirname(repo), "shared", "oracle"))
-    return os.path.join(root, "joblists.json")
+    path = os.path.join(repo, "oracle", "joblists.json")
+    if not os.path.exists(path):
+        path = os.path.join(os.path.dirname(repo), "shared", "oracle", "joblists.json")
+    return path
 
 
 def recorded_job_lists(schedule, pp_degree, num_micro_batches, vpp_degree=None, ir="pir",

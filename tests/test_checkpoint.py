@@ -18,6 +18,7 @@ from refimpl.distributed.communication import context, run_in_process
 from refimpl.distributed.pipeline import runner
 from refimpl.executor.plan_executor import PlanExecutor
 from refimpl.framework import Program, unique_name
+from refimpl.framework.op_role import is_forward
 from refimpl.static import io
 
 STEPS, STOP, DIN = 6, 3, 4
@@ -106,7 +107,7 @@ def test_resume_equals_never_stopping(tmp_path, k, compiled, how):
 # ---- pipeline: each rank saves and loads its own persistables ------------------------------
 def pipeline(update_every):
     main, startup, loss = build(schedule=False)
-    n = sum(1 for op in main.global_block().ops if op.role() in (0, 256))  # forward ops
+    n = sum(1 for op in main.global_block().ops if is_forward(op.role()))
     return runner.build_pipeline(main, startup, loss, "1F1B", 2, 2, cuts=[n // 2], update_every=update_every)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import refimpl as paddle
 from refimpl.cli import main
-from oracle import ORACLE, load
+from oracle import load, oracle_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUBCOMMANDS = ["demo", "run", "trace", "schedule", "version"]
@@ -76,8 +76,9 @@ def test_run_fetches_several_names(files, capsys):
 
 
 def test_run_oracle_record_gives_paddles_first_loss(capsys):
-    rec = load(os.path.join(ORACLE, "programs", "00_mlp_sgd.json"))
-    assert main(["run", os.path.join(ORACLE, "programs", "00_mlp_sgd.json")]) == 0
+    path = oracle_file(os.path.join("programs", "00_mlp_sgd.json"))
+    rec = load(path)
+    assert main(["run", path]) == 0
     got = float(_value_after(rec["loss_name"], capsys.readouterr().out))
     assert got == pytest.approx(rec["fetched_loss"][0]["data"][0], rel=1e-5)
 
@@ -150,7 +151,7 @@ def test_console_entry_point_runs_version():
 
 
 def test_run_replays_a_recorded_oracle_file(capsys):
-    path = os.path.join(ORACLE, "programs", "00_mlp_sgd.json")
+    path = oracle_file(os.path.join("programs", "00_mlp_sgd.json"))
     rec = load(path)
     steps = len(rec["feeds"])
     assert main(["run", path, "--steps", str(steps)]) == 0

@@ -17,6 +17,7 @@ import pytest
 import refimpl as paddle
 from refimpl.core.errors import EnforceNotMet, Fatal, InvalidArgument, PreconditionNotMet
 from refimpl.framework import unique_name
+from refimpl.framework.op_role import is_forward
 from refimpl.framework.program import Program
 from refimpl.io import EOFException
 
@@ -315,7 +316,7 @@ def test_pipeline_first_stage_reads_one_batch_per_micro_batch():
         return main, startup, loader, loss
 
     def cut(main):  # stage 1 starts at the second fc
-        fwd = [op for op in main.global_block().ops if op.role() in (0, 256)]
+        fwd = [op for op in main.global_block().ops if is_forward(op.role())]
         return [[i for i, op in enumerate(fwd) if op.type == "mul"][1]]
 
     main, startup, loader, loss = mlp(True)

@@ -20,7 +20,7 @@ from refimpl.executor.plan_executor import PlanExecutor
 from refimpl.framework import Program, op_role, unique_name
 from refimpl.ops import has_op
 
-from oracle import EXTRA, ORACLE, array, case_files, load, load_models
+from oracle import EXTRA, array, case_files, load, load_models, oracle_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPLIT = sorted(glob.glob(os.path.join(HERE, "oracle_split", "*.json")))
@@ -41,7 +41,7 @@ def _restore_flags():
 def _source(rec):
     """The recorded case (``oracle/NN.json`` or ``oracle_extra/NN.json``) a split record was made from."""
     kind, name = rec["source"].split("/")
-    return load(os.path.join(ORACLE, "programs", name) if kind == "oracle" else os.path.join(EXTRA, name))
+    return load(oracle_file(os.path.join("programs", name)) if kind == "oracle" else os.path.join(EXTRA, name))
 
 
 def _load_case(path, kind):
@@ -347,7 +347,7 @@ def test_fthenb_programs_refuse_lr_ops_unless_asked():
 
 
 def test_fthenb_programs_of_a_multi_block_program_run_whole_sub_blocks():
-    main = Program.from_dict(load(os.path.join(ORACLE, "programs", "06_gradient_merge.json"))["main"])
+    main = Program.from_dict(load(oracle_file(os.path.join("programs", "06_gradient_merge.json")))["main"])
     sub_types = [op.type for op in main.block(1).ops]
     fwd, bwd, opt = pu._program_for_fthenb_and_1f1b(main)
     # block 1 of the source holds backward (scale) and optimize (sgd, fill_constant) ops

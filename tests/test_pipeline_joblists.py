@@ -16,18 +16,18 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import refimpl
-from oracle import ORACLE
+from oracle import oracle_file
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
 from refimpl.distributed.passes import PassBase, PassContext, PassManager, new_pass, register_pass
 from refimpl.distributed.passes.pipeline_scheduler_pass import SCHEDULES, create_job_list
 from refimpl.executor.plan import Job, Plan
 
-JOBLISTS = os.path.join(ORACLE, "joblists.json")
+JOBLISTS = oracle_file("joblists.json")
 
 
 def _load():
     if not os.path.exists(JOBLISTS):
-        pytest.fail(f"no {JOBLISTS}; the tests need ../shared/oracle (or $REFIMPL_ORACLE)")
+        pytest.fail(f"no {JOBLISTS}; the tests need the repository's oracle/ (or $REFIMPL_ORACLE)")
     with open(JOBLISTS) as f:
         return json.load(f)
 

@@ -12,6 +12,7 @@ from refimpl.distributed.section_worker import SectionWorker
 from refimpl.executor.plan import Job, Plan
 from refimpl.executor.plan_executor import PlanExecutor
 from refimpl.framework import Program, unique_name
+from refimpl.framework.op_role import is_forward
 
 X = np.random.default_rng(0).standard_normal((8, 8)).astype("float32")
 STEPS = 3
@@ -141,7 +142,7 @@ def test_partition_by_device_guard_annotations():
             loss = paddle.mean(paddle.static.nn.fc(h, 1))
         paddle.optimizer.SGD(0.1).minimize(loss)
     stages = assign_stages(main, 2)
-    fwd = [s for s, op in zip(stages, main.global_block().ops) if op.role() in (0, 256)]
+    fwd = [s for s, op in zip(stages, main.global_block().ops) if is_forward(op.role())]
     assert fwd == [0, 0, 0, 1, 1, 1]
     with pytest.raises(InvalidArgument, match="4 virtual stages"):
         assign_stages(main, 4)

@@ -62,14 +62,15 @@ def test_rejected_configuration_names_the_problem():
 
 
 def test_a_deadlocking_job_list_is_rejected_before_running(monkeypatch):
-    real = runner.create_job_list
+    from refimpl.distributed.passes.pipeline_scheduler_pass import PipelineFThenBPass
+    real = PipelineFThenBPass.create_job_list
 
-    def swapped(schedule, attrs):
-        jobs = real(schedule, attrs)
-        if attrs["pp_stage"] == 1:  # the last stage runs backward 0 before forward 0 arrives
+    def swapped(pass_obj):
+        jobs = real(pass_obj)
+        if pass_obj.get_attr("pp_stage") == 1:  # the last stage runs backward 0 before forward 0 arrives
             jobs = [Job("backward", 0)] + [j for j in jobs if j.as_tuple() != ("backward", 0)]
         return jobs
-    monkeypatch.setattr(runner, "create_job_list", swapped)
+    monkeypatch.setattr(PipelineFThenBPass, "create_job_list", swapped)  # what build_pipeline's pass applies
     main, startup, loss = pipeline_mlp.build(4)
     with pytest.raises(EnforceNotMet, match="rank 1"):
         runner.build_pipeline(main, startup, loss, "FThenB", 2, 2, cuts=pipeline_mlp.even_cuts(main, 2))

@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import pytest
 
-from oracle import ORACLE
+from oracle import oracle_file
 from refimpl.distributed.pipeline import (CostModel, ScheduleDeadlock, ScheduleError,
                                           check_job_lists, simulate, stage_map_for)
 from refimpl.executor.plan import Job
@@ -18,7 +18,7 @@ from refimpl.schedule_cli import main as schedule_main
 from refimpl.schedule_cli import recorded_job_lists
 from refimpl.viz import ascii_grid, chrome_trace, gantt_png, write_chrome_trace
 
-JOBLISTS = os.path.join(ORACLE, "joblists.json")
+JOBLISTS = oracle_file("joblists.json")
 UNIT = CostModel(forward=1, backward_b=1, backward_w=0)   # W folded into B: backward = 1
 FBW = CostModel(forward=1, backward_b=1, backward_w=1)    # F = B = W; a full backward = 2
 
@@ -26,7 +26,7 @@ FBW = CostModel(forward=1, backward_b=1, backward_w=1)    # F = B = W; a full ba
 @pytest.fixture(scope="module")
 def data():
     if not os.path.exists(JOBLISTS):
-        pytest.fail(f"no {JOBLISTS}; the tests need ../shared/oracle")
+        pytest.fail(f"no {JOBLISTS}; the tests need the repository's oracle/ (or $REFIMPL_ORACLE)")
     with open(JOBLISTS) as f:
         return json.load(f)
 
@@ -153,17 +153,18 @@ def test_deadlock_names_rank_and_job():
         simulate(jobs, 2)
     e = info.value
     assert (e.rank, e.job.key) == (0, ("backward", 0, 0))
-    assert [(r, str(a)) for r, a, _ in e.stuck] == [(0, "backward:0"), (1, "forward:1")]
+    assert [(r, str(a)) for r, a, _ in e.stuck] == [(0, "B0"), (1, "F1")]
     msg = str(e)
-    assert ("rank 0 is stuck at job 1 (backward:0): it waits for backward:0 on rank 1, "
-            "which is itself stuck at job 1 (forward:1)") in msg
-    assert "rank 1 is stuck at job 1 (forward:1): it waits for forward:1 on rank 0" in msg
+    assert ("rank 0 is stuck at job 1 (B0): it waits for B0 on rank 1, "
+            "which is itself stuck at job 1 (F1)") in msg
+    assert "rank 1 is stuck at job 1 (F1): it waits for F1 on rank 0" in msg
 
 
 def test_recorded_vpp_deadlock_is_named(data):
     with pytest.raises(ScheduleDeadlock) as info:
         simulate(lists(data, "VPP", 4, 6, vpp_degree=2), 4, 2)
-    assert (info.value.rank, str(info.value.job)) == (0, "recv_forward1:5")
+    assert (info.value.rank, str(info.value.job)) == (0, "RECV_F5.1")
+    assert info.value.job.job_type == "recv_forward1"
 
 
 def test_check_job_lists_rejects_bad_lists(data):

@@ -6,16 +6,21 @@ ASCII grid follows the idea of PyTorch's ``_format_pipeline_order`` in
 from a timed :class:`~refimpl.distributed.pipeline.simulator.Simulation`, so
 a job that costs two steps fills two cells and idle time shows as ``.``.
 
-Cell labels: ``F3`` forward of micro-batch 3, ``B3`` backward (a full one,
-or the input-gradient half ``backward_b``), ``W3`` weight-gradient half,
+Cell labels are the actions' own text (see
+:mod:`refimpl.distributed.passes.pipeline_scheduler_pass.action`): ``F3``
+forward of micro-batch 3, ``B3`` backward, ``W3`` weight-gradient half,
 ``O`` the optimizer; with virtual stages the chunk follows a dot (``F3.1``).
+Two differences keep the grid short: the input-gradient half ``backward_b``
+(``I3`` in the notation) is drawn ``B3``, as in the zero-bubble papers'
+pictures, and the optimizer has no micro-batch number.
 Communication markers take no time and appear only in the Chrome trace.
 """
 import json
 import math
 from fractions import Fraction
 
-_LETTER = {"forward": "F", "backward": "B", "backward_b": "B", "backward_w": "W"}
+from refimpl.distributed.passes.pipeline_scheduler_pass.action import Action
+
 _COLOR = {"forward": ("#4c78a8", "#9ecae9", "#2b5d8a", "#c6dbef"),
           "backward": ("#54a24b", "#a1d99b", "#2f7a2f", "#c7e9c0"),
           "backward_b": ("#f58518", "#ffbf79", "#c45f00", "#fdd0a2"),
@@ -23,14 +28,14 @@ _COLOR = {"forward": ("#4c78a8", "#9ecae9", "#2b5d8a", "#c6dbef"),
           "optimizer": ("#9d9d9d",)}
 
 
-def job_label(action, vpp_degree=1):
-    """The grid/trace label of one job: ``F3``, ``B1``, ``W2``, ``F3.1``, ``O``."""
+def job_label(action: Action, vpp_degree: int = 1) -> str:
+    """The grid/trace label of one job: ``F3``, ``B1``, ``W2``, ``F3.1``, ``O``.
+
+    The chunk is shown when the schedule has several (``vpp_degree > 1``)."""
     if action.kind == "optimizer":
         return "O"
-    if action.kind not in _LETTER:
-        return f"{action.kind}:{action.micro_batch}"
-    label = f"{_LETTER[action.kind]}{action.micro_batch}"
-    return f"{label}.{action.chunk}" if vpp_degree > 1 else label
+    kind = "backward" if action.kind == "backward_b" else action.kind
+    return str(Action(kind, action.micro_batch, action.model_chunk if vpp_degree > 1 else None))
 
 
 def _timed_jobs(sim):
@@ -112,7 +117,7 @@ def _num(x):
 
 def _color(action):
     shades = _COLOR.get(action.kind, ("#cccccc",))
-    return shades[action.chunk % len(shades)]
+    return shades[action.model_chunk % len(shades)]
 
 
 def gantt_png(sim, path, title=None, dpi=120):
@@ -158,7 +163,7 @@ def chrome_trace(sim, us_per_unit=1000.0):
     for jobs in sim.timeline:
         for t in jobs:
             a = t.action
-            args = {"job_type": a.job_type(), "micro_batch": a.micro_batch, "chunk": a.chunk,
+            args = {"job_type": a.job_type, "micro_batch": a.micro_batch, "chunk": a.model_chunk,
                     "virtual_stage": t.stage, "index": t.index}
             ev = {"name": job_label(a, sim.vpp_degree), "cat": a.kind, "pid": t.rank, "tid": 0,
                   "ts": float(t.start) * us_per_unit, "args": args}

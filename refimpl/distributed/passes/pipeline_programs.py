@@ -10,7 +10,10 @@ schedules use to separate input and weight gradients). ``pass_utils``
 re-exports all three under their Paddle names; see its docstring for how they
 differ from Paddle.
 """
+from __future__ import annotations
+
 import copy
+from typing import Any, TYPE_CHECKING
 
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplemented
 from refimpl.framework.block import Block
@@ -19,6 +22,9 @@ from refimpl.framework.operator import Operator
 from refimpl.framework.program import Program
 
 from .pass_utils import _input_args, pass_assert
+
+if TYPE_CHECKING:
+    from refimpl.framework.block import Block
 
 # ---------------------------------------------------------------- fwd / bwd / opt programs
 def _copy_var(src_block, dst_block, name):
@@ -213,7 +219,8 @@ def _folded(dims):
     return [lead, *dims[2:]]
 
 
-def split_matmul_grad_to_matmul(block, matmul_grad_id, dist_context=None, op_namescope="/"):
+def split_matmul_grad_to_matmul(block: Block, matmul_grad_id: int, dist_context: Any = None,
+                                op_namescope: str = "/") -> None:
     """Replace ``block.ops[matmul_grad_id]`` (a ``matmul_v2_grad``) by forward ``matmul_v2`` ops.
 
     ``X@GRAD = Out@GRAD @ Y^T``; ``Y@GRAD = X^T @ Out@GRAD`` computed, for a

@@ -4,7 +4,9 @@
 with send/recv, and those into job programs. ``runner``: build every rank's
 Plan and train on in-process or MPI ranks. ``simulator``: time the job lists
 of all ranks under a cost model, find deadlocks, measure bubbles and held
-activations (no Paddle counterpart; see its docstring).
+activations (no Paddle counterpart; see its docstring). ``Action``, one step
+of a schedule (``F3``, ``I3.1`` ...), is the scheduler passes' own
+(``refimpl.distributed.passes.pipeline_scheduler_pass.action``).
 """
 from .simulator import (Action, CostModel, ScheduleDeadlock, ScheduleError, Simulation,
                         TimedJob, check_job_lists, parse_job, peak_in_flight, simulate,

@@ -4,7 +4,7 @@ Mirrors what Paddle's pipeline passes do to a single-device program before
 scheduling (legacy ``PipelineOptimizer`` / auto-parallel ``pipeline_pass``):
 forward ops are cut into ``pp_degree * vpp_degree`` virtual stages (by
 ``op_device`` annotations such as ``device_guard("stage:1")``, or by explicit
-forward-op indices); virtual stage ``v`` runs on rank ``v % pp_degree`` as its
+forward-op indices, e.g. the evenly spaced ones of :func:`even_cuts`); virtual stage ``v`` runs on rank ``v % pp_degree`` as its
 chunk ``v // pp_degree``. Every other op follows the forward op it belongs to
 (a gradient op goes where the forward var of its output gradient was made, an
 optimizer op where its parameter is used, learning-rate ops everywhere). A
@@ -18,10 +18,14 @@ types a schedule uses (``forward``, ``backward``, ``backward_b``/``backward_w``
 for zero-bubble schedules, ``recv_forward``/``send_backward`` when the
 schedule has separate communication jobs, chunk suffixes for VPP).
 """
+from __future__ import annotations
+
 import re
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from refimpl.core.errors import InvalidArgument, Unimplemented
-from refimpl.framework.op_role import OP_ROLE_ATTR, OpRole
+from refimpl.distributed.passes.pipeline_scheduler_pass.action import parse_job_type
+from refimpl.framework.op_role import OP_ROLE_ATTR, OpRole, is_forward
 from refimpl.framework.program import Program
 from refimpl.framework.variable import Parameter, Variable
 from refimpl.ops.registry import GRAD_SUFFIX
@@ -32,7 +36,13 @@ LR = "lr"  # stage marker for ops every stage runs
 
 
 def _is_forward(op):
-    return op.role() in (OpRole.Forward, OpRole.Forward | OpRole.Loss)
+    return is_forward(op.role())
+
+
+def even_cuts(program: Program, num_stages: int) -> list:
+    """Cut points (see :func:`assign_stages`) giving ``num_stages`` stages about as many forward ops each."""
+    n = sum(1 for op in program.global_block().ops if _is_forward(op))
+    return [round(n * k / num_stages) for k in range(1, num_stages)]
 
 
 def _fwd_name(name):
@@ -46,7 +56,7 @@ def _device_stage(op):
     return int(m.group(1)) if m else None
 
 
-def assign_stages(program, num_virtual, cuts=None):
+def assign_stages(program: Program, num_virtual: int, cuts: Optional[Sequence[int]] = None) -> List[Any]:
     """[virtual stage or LR] for every op of the global block."""
     ops = program.global_block().ops
     fwd = [i for i, op in enumerate(ops) if _is_forward(op)]
@@ -69,7 +79,7 @@ def assign_stages(program, num_virtual, cuts=None):
         raise InvalidArgument(f"partition: every one of the {num_virtual} virtual stages needs forward ops; "
                               f"got stages {sorted(set(stage_of.values()))}")
     home = _var_homes(program, stage_of)
-    out = []
+    out: List[Any] = []  # a virtual stage (int) or LR per op
     for i, op in enumerate(ops):
         if i in stage_of:
             out.append(stage_of[i])
@@ -106,7 +116,8 @@ def _follow(op, home, i):
     raise InvalidArgument(f"partition: cannot tell which stage op {i} ({op.type}) belongs to")
 
 
-def partition(program, pp_degree, vpp_degree=1, cuts=None, stage_map="interleaved", ring_offset=0):
+def partition(program: Program, pp_degree: int, vpp_degree: int = 1, cuts: Optional[Sequence[int]] = None,
+              stage_map: str = "interleaved", ring_offset: int = 0) -> List[List[Program]]:
     """``[rank][chunk] -> Program`` with send_v2/recv_v2 between virtual stages.
 
     ``stage_map`` places virtual stages on ranks: "interleaved" (stage
@@ -171,7 +182,7 @@ def _check_shared_params(block, ops, stages):
                                 f"sharing a parameter across pipeline stages is not supported")
 
 
-def transfer_ring(src_stage, backward):
+def transfer_ring(src_stage: int, backward: bool) -> int:
     """The ring a transfer leaving virtual stage ``src_stage`` uses (one per stage and direction).
 
     Every ring then carries the messages of one stage boundary in micro-batch
@@ -237,18 +248,9 @@ def _copy_var(src_block, dst_block, name):
 
 
 # ---- job programs -----------------------------------------------------------
-_JOB = re.compile(r"^(recv_forward|send_backward|forward|backward_b|backward_w|backward|optimizer)(\d*)$")
 
 
-def parse_job_type(job_type):
-    """``"backward_b1"`` -> ("backward_b", 1); the chunk is 0 when there is no suffix."""
-    m = _JOB.match(job_type)
-    if m is None:
-        raise InvalidArgument(f"unknown pipeline job type {job_type!r}")
-    return m.group(1), int(m.group(2) or 0)
-
-
-def job_programs(chunks, job_types):
+def job_programs(chunks: Sequence[Program], job_types: Iterable[str]) -> Dict[str, Program]:
     """{job type: Program} for one rank from its chunk programs."""
     bases = {parse_job_type(t)[0] for t in job_types}
     comm_jobs = "recv_forward" in bases or "send_backward" in bases
@@ -257,6 +259,7 @@ def job_programs(chunks, job_types):
     out = {}
     for t in job_types:
         base, c = parse_job_type(t)
+        c = c or 0
         if base == "optimizer":
             out[t] = _build(chunks[0].global_block(), [it for p in parts for it in p["_optimizer_items"]], {},
                             src_blocks=[ch.global_block() for ch in chunks])

@@ -5,11 +5,16 @@ static pipeline runs it: accumulate gradients into ``@GRAD@MERGE`` buffers
 (``gradient_accumulation``), cut the program into stage and chunk programs
 (``partition``), ask the scheduler pass for each rank's job list, cut each
 rank's chunks into job programs, give every job its ``skip_gc_vars``
-(``pass_utils.set_skip_gc_vars``), check the job lists of all ranks together
+(``pass_utils.set_skip_gc_vars``) -- the pass's own ``apply`` does those
+three, with a hook that adds the data-parallel sync and the every-k update
+to the optimizer program -- check the job lists of all ranks together
 (every transfer has its partner, the simulated schedule completes) and run
 each rank's Plan with a ``PlanExecutor``, on in-process ranks or MPI ranks.
 """
+from __future__ import annotations
+
 import copy
+from typing import Any, Dict, Iterable, List, Optional, Sequence, TYPE_CHECKING, Tuple, Union
 
 import numpy as np
 
@@ -18,25 +23,31 @@ from refimpl.core.dtypes import to_vartype
 from refimpl.core.errors import InvalidArgument
 from refimpl.framework.op_role import OpRole
 from refimpl.distributed.communication import context, run_in_process
+from refimpl.distributed.passes import PassContext, new_pass
 from refimpl.distributed.passes.gradient_accumulation import accumulate_gradients
-from refimpl.distributed.passes.pass_utils import set_skip_gc_vars
-from refimpl.distributed.passes.pipeline_scheduler_pass import SCHEDULES, create_job_list
-from refimpl.executor.plan import Plan
+from refimpl.distributed.passes.pipeline_scheduler_pass import SCHEDULES
+from refimpl.distributed.passes.pipeline_scheduler_pass.pipeline_zero_bubble import DEFAULT_PROGRAM_RUNTIMES
 from refimpl.executor.plan_executor import PlanExecutor
 
-from .partition import job_programs, partition
+from .partition import partition
 from .simulator import check_job_lists, simulate, stage_map_for
+
+if TYPE_CHECKING:
+    from refimpl.executor.plan import Job, Plan
+    from refimpl.framework.program import Program
+    from refimpl.framework.variable import Variable
 
 
 class Pipeline:
     """Every rank's Plan for one schedule, plus the startup program and the loss name."""
 
-    def __init__(self, plans, startup, loss_name, schedule, pp_degree, num_micro_batches, rings):
+    def __init__(self, plans: List[Plan], startup: Program, loss_name: str, schedule: str, pp_degree: int,
+                 num_micro_batches: int, rings: Any) -> None:
         self.plans, self.startup, self.loss_name = plans, startup, loss_name
         self.schedule, self.pp_degree, self.num_micro_batches = schedule, pp_degree, num_micro_batches
         self.rings = rings
 
-    def job_lists(self):
+    def job_lists(self) -> List[List[Job]]:
         return [plan.job_list() for plan in self.plans]
 
 
@@ -47,14 +58,16 @@ def _schedule_attrs(schedule, pp_degree, stage, m, vpp_degree, split_backward, p
     if schedule == "VPP":
         attrs["split_backward"] = split_backward
     if schedule == "ZBVPP":
-        attrs["program_runtimes"] = list(program_runtimes or [61, 72, 71, 34, 3])
+        attrs["program_runtimes"] = list(program_runtimes or DEFAULT_PROGRAM_RUNTIMES)
         attrs["memory_limit_times"] = -1
     return attrs
 
 
-def build_pipeline(main, startup, loss, schedule, pp_degree, num_micro_batches, vpp_degree=1, cuts=None,
-                   split_backward=False, program_runtimes=None, ring_offset=0, dp_degree=1, dp_ring=None,
-                   update_every=1):
+def build_pipeline(main: Program, startup: Program, loss: Union[Variable, str], schedule: str, pp_degree: int,
+                   num_micro_batches: int, vpp_degree: int = 1, cuts: Optional[Sequence[int]] = None,
+                   split_backward: bool = False, program_runtimes: Optional[Dict[str, float]] = None,
+                   ring_offset: int = 0, dp_degree: int = 1, dp_ring: Optional[int] = None,
+                   update_every: int = 1) -> Pipeline:
     """Every rank's Plan for ``schedule``; ``main``/``startup`` are left untouched.
 
     With ``dp_degree > 1`` each optimizer job first all-reduces (ring
@@ -72,27 +85,36 @@ def build_pipeline(main, startup, loss, schedule, pp_degree, num_micro_batches, 
     main, startup = main.clone(), startup.clone()
     merged = accumulate_gradients(main, startup, num_micro_batches * update_every, avg=True)
     chunks = partition(main, pp_degree, vpp_degree, cuts, stage_map_for(schedule), ring_offset)
+    hook = _optimizer_hook(startup, [m for _, m in merged], dp_degree, dp_ring, update_every)
     plans = []
     for rank in range(pp_degree):
-        jobs = create_job_list(schedule, _schedule_attrs(schedule, pp_degree, rank, num_micro_batches,
-                                                         vpp_degree, split_backward, program_runtimes))
-        types = list(dict.fromkeys(j.type() for j in jobs))
-        progs = job_programs(chunks[rank], types)
-        if dp_degree > 1:
-            add_dp_sync(progs["optimizer"], [m for _, m in merged], dp_degree, dp_ring)
-        if update_every > 1:
-            progs["optimizer"] = update_every_k(progs["optimizer"], startup, update_every)
-        set_skip_gc_vars(num_micro_batches, types, [progs[t] for t in types], jobs)
-        plans.append(Plan(jobs, progs))
+        attrs = _schedule_attrs(schedule, pp_degree, rank, num_micro_batches, vpp_degree, split_backward,
+                                program_runtimes)
+        attrs.update(chunk_programs=chunks[rank], job_program_hook=hook)
+        context = new_pass("pipeline_scheduler_" + schedule, attrs).apply([chunks[rank][0]], [startup],
+                                                                         PassContext())
+        plans.append(context.get_attr("plan"))
     lists = [p.job_list() for p in plans]
     check_job_lists(lists, pp_degree, vpp_degree, num_micro_batches)
     simulate(lists, pp_degree, vpp_degree, stage_map=stage_map_for(schedule), ignore_markers=True)
     rings = sorted({op.attr("ring_id") for rank in chunks for prog in rank
                     for op in prog.global_block().ops if op.type in ("send_v2", "recv_v2")})
-    return Pipeline(plans, startup, getattr(loss, "name", loss), schedule, pp_degree, num_micro_batches, rings)
+    loss_name = loss if isinstance(loss, str) else loss.name
+    return Pipeline(plans, startup, loss_name, schedule, pp_degree, num_micro_batches, rings)
 
 
-def add_dp_sync(program, merge_names, dp_degree, ring_id):
+def _optimizer_hook(startup, merge_names, dp_degree, dp_ring, update_every):
+    """The scheduler pass's ``job_program_hook``: data-parallel sync and every-k update of ``optimizer``."""
+    def hook(job_type, program):
+        if job_type != "optimizer":
+            return program
+        if dp_degree > 1:
+            add_dp_sync(program, merge_names, dp_degree, dp_ring)
+        return update_every_k(program, startup, update_every) if update_every > 1 else program
+    return hook
+
+
+def add_dp_sync(program: Program, merge_names: Iterable[str], dp_degree: int, ring_id: int) -> None:
     """Sum every accumulated gradient of ``program`` over the data-parallel ring, then average."""
     block = program.global_block()
     at = 0
@@ -106,7 +128,7 @@ def add_dp_sync(program, merge_names, dp_degree, ring_id):
         at += 2
 
 
-def update_every_k(program, startup, k):
+def update_every_k(program: Program, startup: Program, k: int) -> Program:
     """``program`` run only on every k-th call: a step counter and a ``conditional_block``."""
     from refimpl.framework.program import Program
     from refimpl.static.control_flow import _inputs_outputs
@@ -146,7 +168,7 @@ def update_every_k(program, startup, k):
     return out
 
 
-def initial_values(pipeline, seed=0):
+def initial_values(pipeline: Pipeline, seed: int = 0) -> Dict[str, np.ndarray]:
     """Run the startup program once (seeded); {persistable name: array}."""
     paddle.seed(seed)
     scope = paddle.static.Scope()
@@ -155,7 +177,9 @@ def initial_values(pipeline, seed=0):
             if scope.find_var(n).get_tensor()._is_initialized()}
 
 
-def train_rank(pipeline, rank, feeds, seed=0, initial=None, timings=None):
+def train_rank(pipeline: Pipeline, rank: int, feeds: Sequence[Dict[str, np.ndarray]], seed: int = 0,
+               initial: Optional[Dict[str, np.ndarray]] = None,
+               timings: Optional[Dict[str, float]] = None) -> Tuple[List[Optional[float]], Dict[str, np.ndarray]]:
     """Initialise, then run one Plan per feed on ``rank``; return (losses, parameters).
 
     The persistables start from ``initial`` (see :func:`initial_values`), or
@@ -185,7 +209,8 @@ def train_rank(pipeline, rank, feeds, seed=0, initial=None, timings=None):
     return losses, params
 
 
-def train_in_process(pipeline, feeds, seed=0, timeout=60):
+def train_in_process(pipeline: Pipeline, feeds: Sequence[Dict[str, np.ndarray]], seed: int = 0,
+                     timeout: float = 60) -> Tuple[List[Optional[float]], Dict[str, np.ndarray]]:
     """Train on ``pp_degree`` in-process ranks; return (losses of the last stage, all parameters)."""
     initial = initial_values(pipeline, seed)  # once: the random state is shared by the threads
     results = run_in_process(pipeline.pp_degree, lambda: train_rank(pipeline, context.current().rank,

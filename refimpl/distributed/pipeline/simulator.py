@@ -12,10 +12,12 @@ at all.
 
 The model, rule by rule:
 
-* A job type is ``<kind><chunk>`` (``forward``, ``backward_b1``, ...; no
-  suffix means chunk 0). Chunk ``c`` of rank ``s`` is virtual stage
-  ``c*P + s`` ("interleaved", VPP). ZBVPP places odd chunks in reverse
-  ("vshape": ``c*P + P-1-s``), so the loss sits on stage 0 when V is even.
+* A job is an :class:`~refimpl.distributed.passes.pipeline_scheduler_pass.action.Action`
+  (``F3``, ``I3.1`` ...), parsed from Paddle's job type ``<kind><chunk>``
+  (``forward``, ``backward_b1``, ...; no suffix means chunk 0). Chunk ``c``
+  of rank ``s`` is virtual stage ``c*P + s`` ("interleaved", VPP). ZBVPP
+  places odd chunks in reverse ("vshape": ``c*P + P-1-s``), so the loss
+  sits on stage 0 when V is even.
 * ``forward`` on virtual stage v needs ``forward`` of v-1 (same micro-batch).
 * ``backward`` / ``backward_b`` on v needs the ``forward`` on v and the input
   gradient of v+1: the end of its ``backward``/``backward_b``, or of its
@@ -31,17 +33,15 @@ The model, rule by rule:
 Unlike a real run nothing is computed; unlike Paddle's scheduler nothing is
 reordered: the simulator only executes the given order.
 """
-import re
+from __future__ import annotations
+
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
+from refimpl.distributed.passes.pipeline_scheduler_pass.action import (  # noqa: F401  (KINDS: re-exported)
+    JOB_TYPE_HELP, KINDS, MARKERS, Action, job_pair, parse_job_type)
 
-KINDS = ("forward", "backward", "backward_b", "backward_w",
-         "recv_forward", "send_backward", "optimizer")
-MARKERS = ("recv_forward", "send_backward")
-_TYPE_RE = re.compile(r"^(recv_forward|send_backward|backward_b|backward_w|"
-                      r"backward|forward|optimizer)(\d*)$")
 STAGE_MAPS = ("interleaved", "vshape")
 
 
@@ -56,57 +56,36 @@ class ScheduleDeadlock(PreconditionNotMet):
     ``stuck`` lists ``(rank, job, waiting_for)`` for every stuck rank.
     """
 
-    def __init__(self, message, stuck):
+    def __init__(self, message: str, stuck: Any) -> None:
         super().__init__(message)
         self.stuck = stuck
         self.rank, self.job, self.waiting_for = stuck[0]
 
 
-class Action(NamedTuple):
-    """One job, parsed: ``Job("backward_b1", 3)`` is ``Action("backward_b", 1, 3, "backward_b1")``.
-
-    ``key`` (kind, chunk, micro-batch) identifies the work; ``type`` keeps the
-    job's own spelling (``forward0`` and ``forward`` are the same work)."""
-    kind: str
-    chunk: int
-    micro_batch: int
-    type: str = ""
-
-    @property
-    def key(self):
-        return (self.kind, self.chunk, self.micro_batch)
-
-    def job_type(self):
-        return self.type or (self.kind if self.kind == "optimizer" or not self.chunk
-                             else f"{self.kind}{self.chunk}")
-
-    def __str__(self):
-        return f"{self.job_type()}:{self.micro_batch}"
-
-
-def parse_job(job):
-    """A Job, ``(type, micro_batch_id)`` pair or Action -> Action."""
+def parse_job(job: Any) -> Action:
+    """A Job, ``(type, micro_batch_id)`` pair or Action -> :class:`Action`;
+    an unknown job type raises :class:`ScheduleError`."""
     if isinstance(job, Action):
         return job
-    if hasattr(job, "type") and hasattr(job, "micro_batch_id"):
-        job_type, micro_batch = job.type(), job.micro_batch_id()
-    else:
-        job_type, micro_batch = job
-    m = _TYPE_RE.match(job_type)
-    if not m:
-        raise ScheduleError(f"unknown job type {job_type!r} (kinds: {', '.join(KINDS)}, "
-                            f"optionally followed by a chunk id)")
-    return Action(m.group(1), int(m.group(2) or 0), int(micro_batch), job_type)
+    job_type, micro_batch = job_pair(job)
+    try:
+        kind, chunk = parse_job_type(job_type)
+    except InvalidArgument:
+        raise ScheduleError(f"unknown job type {job_type!r} ({JOB_TYPE_HELP})") from None
+    try:
+        return Action(kind, int(micro_batch), chunk)
+    except (InvalidArgument, TypeError, ValueError) as e:
+        raise ScheduleError(f"job {job_type!r} has a bad micro-batch id {micro_batch!r}: {e}") from None
 
 
-def virtual_stage(rank, chunk, pp_degree, stage_map="interleaved"):
+def virtual_stage(rank: int, chunk: int, pp_degree: int, stage_map: str = "interleaved") -> int:
     """The virtual stage (position in the model) of chunk ``chunk`` on ``rank``."""
     if stage_map == "vshape" and chunk % 2:
         return chunk * pp_degree + (pp_degree - 1 - rank)
     return chunk * pp_degree + rank
 
 
-def stage_owner(stage, pp_degree, stage_map="interleaved"):
+def stage_owner(stage: int, pp_degree: int, stage_map: str = "interleaved") -> Tuple[int, int]:
     """Inverse of :func:`virtual_stage`: ``(rank, chunk)``."""
     chunk, pos = divmod(stage, pp_degree)
     if stage_map == "vshape" and chunk % 2:
@@ -114,7 +93,7 @@ def stage_owner(stage, pp_degree, stage_map="interleaved"):
     return pos, chunk
 
 
-def stage_map_for(schedule):
+def stage_map_for(schedule: str) -> str:
     """The chunk placement a Paddle schedule uses."""
     return "vshape" if schedule == "ZBVPP" else "interleaved"
 
@@ -139,7 +118,7 @@ class CostModel:
         value = getattr(self, name)
         return value[rank] if isinstance(value, (list, tuple)) else value
 
-    def duration(self, action, rank, is_last_stage=False):
+    def duration(self, action: Action, rank: int, is_last_stage: bool = False) -> float:
         kind = action.kind
         if kind in MARKERS:
             return 0
@@ -150,7 +129,7 @@ class CostModel:
             cost = cost + self._get("loss", rank)
         return cost
 
-    def latency(self, rank):
+    def latency(self, rank: int) -> float:
         return self._get("comm", rank)
 
 
@@ -160,11 +139,11 @@ class TimedJob:
     index: int          # position in the rank's job list
     action: Action
     stage: int          # virtual stage (-1 for the optimizer)
-    start: object
-    end: object
+    start: float
+    end: float
 
     @property
-    def duration(self):
+    def duration(self) -> float:
         return self.end - self.start
 
 
@@ -181,7 +160,7 @@ class Simulation:
     peak_in_flight: list                # per rank: most chunk-micro-batches held
     stage_map: str = "interleaved"
 
-    def idle(self, rank):
+    def idle(self, rank: int) -> float:
         return self.makespan - self.busy[rank]
 
 
@@ -194,7 +173,8 @@ def _num_micro_batches(lists):
                    default=-1)
 
 
-def check_job_lists(job_lists, pp_degree, vpp_degree=1, num_micro_batches=None):
+def check_job_lists(job_lists: Sequence[Sequence[Any]], pp_degree: int, vpp_degree: int = 1,
+                    num_micro_batches: Optional[int] = None) -> List[List[Action]]:
     """Validate the job lists of all ranks; return them parsed (lists of Action).
 
     Per rank, every (chunk, micro-batch) has exactly one ``forward`` and either
@@ -227,7 +207,7 @@ def _check_rank(rank, jobs, vpp_degree, num_micro_batches):
             if i != len(jobs) - 1:
                 problems.append(f"rank {rank}: optimizer at position {i} is not the last job")
             continue
-        if not (0 <= a.chunk < vpp_degree and 0 <= a.micro_batch < num_micro_batches):
+        if not (0 <= a.model_chunk < vpp_degree and 0 <= a.micro_batch < num_micro_batches):
             problems.append(f"rank {rank}: job {a} is outside {vpp_degree} chunk(s) x "
                             f"{num_micro_batches} micro-batches")
         elif a.key in where:
@@ -280,7 +260,7 @@ class _Layout(NamedTuple):
     has_send: frozenset         # {(virtual stage, micro-batch)} sent by a send_backward job
 
     def stage(self, rank, a):
-        return -1 if a.kind == "optimizer" else virtual_stage(rank, a.chunk, self.pp_degree,
+        return -1 if a.kind == "optimizer" else virtual_stage(rank, a.model_chunk, self.pp_degree,
                                                                self.stage_map)
 
     def owner(self, stage):
@@ -318,8 +298,10 @@ def _produces(a, v, layout):
     return []
 
 
-def simulate(job_lists, pp_degree, vpp_degree=1, costs=None, stage_map="interleaved",
-             num_micro_batches=None, check=True, ignore_markers=False):
+def simulate(job_lists: Sequence[Sequence[Any]], pp_degree: int, vpp_degree: int = 1,
+             costs: Optional[CostModel] = None, stage_map: str = "interleaved",
+             num_micro_batches: Optional[int] = None, check: bool = True,
+             ignore_markers: bool = False) -> Simulation:
     """Run the job lists of all ranks against a cost model; return a Simulation.
 
     Raises :class:`ScheduleError` for malformed lists (when ``check``) and
@@ -336,7 +318,7 @@ def simulate(job_lists, pp_degree, vpp_degree=1, costs=None, stage_map="interlea
         lists = _as_lists(job_lists)
     if ignore_markers:
         lists = [[a for a in jobs if a.kind not in MARKERS] for jobs in lists]
-    has_send = frozenset((virtual_stage(r, a.chunk, pp_degree, stage_map), a.micro_batch)
+    has_send = frozenset((virtual_stage(r, a.model_chunk, pp_degree, stage_map), a.micro_batch)
                          for r, jobs in enumerate(lists) for a in jobs if a.kind == "send_backward")
     layout = _Layout(pp_degree, stage_map, pp_degree * vpp_degree - 1, has_send)
     timeline, pos, done = _run(lists, layout, costs or CostModel())
@@ -400,7 +382,7 @@ def _describe(key):
     return f"{what} of virtual stage {key[1]}, micro-batch {key[2]}"
 
 
-def peak_in_flight(actions):
+def peak_in_flight(actions: Iterable[Action]) -> int:
     """Most (chunk, micro-batch) activations one rank holds at once: a forward
     adds one, the backward that finishes the micro-batch (a full ``backward``
     or the ``backward_w`` of a split one) frees it."""

@@ -11,13 +11,26 @@ parallelism each replica's pipeline has its own transfer rings and the
 optimizer job all-reduces the accumulated gradients over the replicas; with
 gradient merge the update happens every ``k_steps`` runs.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, TYPE_CHECKING
+
 import numpy as np
 
 from refimpl.core.errors import InvalidArgument
 from refimpl.distributed.communication import context
+from refimpl.distributed.pipeline.partition import even_cuts
 from refimpl.distributed.pipeline.runner import build_pipeline
 from refimpl.executor.plan_executor import PlanExecutor
-from refimpl.framework.op_role import OpRole
+
+if TYPE_CHECKING:
+    from refimpl.core.scope import Scope
+    from refimpl.distributed.fleet.fleet import Fleet
+    from refimpl.distributed.pipeline.runner import Pipeline
+    from refimpl.executor.executor import Executor
+    from refimpl.executor.trace import Trace
+    from refimpl.framework.program import Program
+    from refimpl.framework.variable import Variable
 
 _RING_BASE = 10000  # transfer rings of replica d: _RING_BASE + d * _RING_STRIDE + ...
 _RING_STRIDE = 1000
@@ -32,11 +45,6 @@ def _marked(main, stages):
         raise InvalidArgument(f"pipeline: device_guard annotations name stages {sorted(marks)}, but "
                               f"{stages} (pp_degree x chunks) are needed")
     return bool(marks)
-
-
-def _even_cuts(main, n):
-    fwd = sum(1 for op in main.global_block().ops if op.role() in (OpRole.Forward, OpRole.Forward | OpRole.Loss))
-    return [round(fwd * k / n) for k in range(1, n)]
 
 
 def _topology(rank, dp, pp, fleet):
@@ -67,14 +75,15 @@ def _topology(rank, dp, pp, fleet):
     return d, stage, pipes, dp_ring
 
 
-def apply_pipeline(main, startup, loss, configs, rank, dp, pp, k_steps, fleet=None):
+def apply_pipeline(main: Program, startup: Program, loss: Variable, configs: Dict[str, Any], rank: int,
+                   dp: int, pp: int, k_steps: int, fleet: Optional[Fleet] = None) -> Pipeline:
     schedule = configs.get("schedule_mode", "1F1B")
     m = int(configs.get("accumulate_steps", 1))
     if m < 1:
         raise InvalidArgument(f"pipeline_configs.accumulate_steps must be >= 1, got {m}")
     vpp = _VPP_DEGREE if schedule in ("VPP", "ZBVPP") else 1
     d, stage, pipes, dp_ring = _topology(rank, dp, pp, fleet)
-    cuts = None if _marked(main, pp * vpp) else _even_cuts(main, pp * vpp)
+    cuts = None if _marked(main, pp * vpp) else even_cuts(main, pp * vpp)
     offset = _RING_BASE + d * _RING_STRIDE
     pipeline = build_pipeline(main, startup, loss, schedule, pp, m, vpp, cuts, ring_offset=offset,
                               dp_degree=dp, dp_ring=dp_ring, update_every=k_steps)
@@ -104,15 +113,16 @@ def _extend_startup(startup, extended):
 class PipelineRun:
     """``Executor.run`` of a pipelined program: this rank's Plan over micro-batch scopes."""
 
-    def __init__(self, pipeline, stage):
+    def __init__(self, pipeline: Pipeline, stage: int) -> None:
         self.pipeline, self.stage = pipeline, stage
         self.plan = pipeline.plans[stage]
-        self.executor = None
+        self.executor: Optional[PlanExecutor] = None
 
-    def has_var(self, name):
+    def has_var(self, name: str) -> bool:
         return any(name in self.plan.program(t).global_block().vars for t in self.plan.job_types())
 
-    def run(self, exe, feed, fetch_list, scope, return_numpy=True, trace=None):
+    def run(self, exe: Executor, feed: Optional[Dict[str, Any]], fetch_list: Optional[Sequence[Any]],
+            scope: Scope, return_numpy: bool = True, trace: Optional[Trace] = None) -> List[Any]:
         if self.executor is None:
             self.executor = PlanExecutor(exe.place, rank=self.stage)
         names = [f if isinstance(f, str) else f.name for f in (fetch_list or [])]

@@ -12,10 +12,17 @@ VPP            :mod:`.pipeline_vpp`                        ``vpp_schedule``
 ZBH1, ZBVPP    :mod:`.pipeline_zero_bubble`                ``zbh1_schedule``, ``zbvpp_schedules``
 =============  ==========================================  =====================
 
+Every schedule function returns a list of :class:`~.action.Action` steps
+(``F3``, ``I3.1`` ...; the notation is in :mod:`.action`), which the pass
+turns into Paddle's ``Job(type, micro_batch_id)`` list.
+
 ``apply_pass(main, startup, name, attrs)`` is Paddle's helper: build the pass,
 apply it, return the Plan.
 """
+from __future__ import annotations
+
 import os
+from typing import Any, Dict, List, Optional, TYPE_CHECKING, cast
 
 from refimpl.core.errors import InvalidArgument
 
@@ -23,20 +30,26 @@ from ..pass_base import PassContext, new_pass
 from .pipeline_1f1b import Pipeline1F1BPass, one_f_one_b_schedule
 from .pipeline_eager_1f1b import PipelineEager1F1BPass, eager_1f1b_schedule
 from .pipeline_fthenb import PipelineFThenBPass, fthenb_schedule
-from .pipeline_pass_base import Action, PipelinePassBase, job_type
+from .action import Action
+from .pipeline_pass_base import PipelinePassBase
 from .pipeline_vpp import PipelineVirtualPipelinePass, vpp_schedule
 from .pipeline_zero_bubble import (PipelineZeroBubblePipelinePass, PipelineZeroBubbleVirtualPipelinePass,
                                    zbh1_schedule, zbvpp_schedules)
 
+if TYPE_CHECKING:
+    from refimpl.executor.plan import Job
+    from refimpl.framework.program import Program
+
 SCHEDULES = ("FThenB", "1F1B", "Eager1F1B", "VPP", "ZBH1", "ZBVPP")
 
 
-def create_job_list(schedule, attrs):
+def create_job_list(schedule: str, attrs: Dict[str, Any]) -> List[Job]:
     """The job list of ``new_pass("pipeline_scheduler_" + schedule, attrs)``."""
-    return new_pass("pipeline_scheduler_" + schedule, attrs).create_job_list()
+    return cast(PipelinePassBase, new_pass("pipeline_scheduler_" + schedule, attrs)).create_job_list()
 
 
-def apply_pass(main_program, startup_program, pass_name, pass_attr=None):
+def apply_pass(main_program: Program, startup_program: Program, pass_name: str,
+               pass_attr: Optional[Dict[str, Any]] = None) -> Any:
     if pass_name not in SCHEDULES:
         raise InvalidArgument(f"pipeline scheduler only support FThenB, 1F1B, Eager1F1B, VPP and ZBH1, "
                               f"but receive {pass_name}")
@@ -49,7 +62,7 @@ def apply_pass(main_program, startup_program, pass_name, pass_attr=None):
 
 
 __all__ = [
-    "SCHEDULES", "create_job_list", "apply_pass", "Action", "job_type", "PipelinePassBase",
+    "SCHEDULES", "create_job_list", "apply_pass", "Action", "PipelinePassBase",
     "PipelineFThenBPass", "Pipeline1F1BPass", "PipelineEager1F1BPass", "PipelineVirtualPipelinePass",
     "PipelineZeroBubblePipelinePass", "PipelineZeroBubbleVirtualPipelinePass",
     "fthenb_schedule", "one_f_one_b_schedule", "eager_1f1b_schedule", "vpp_schedule",

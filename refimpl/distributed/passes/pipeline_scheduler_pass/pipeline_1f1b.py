@@ -17,12 +17,16 @@ Paddle 3.3.1 builds this list only under the new IR
 NotImplementedError, and so does refimpl. The constructor sets the attr
 ``enable_backward_forward_overlap`` to 0, as Paddle's does.
 """
+from __future__ import annotations
+
+from typing import List
+
 from ..pass_base import register_pass
-from .pipeline_pass_base import (Action, PipelinePassBase, ScheduleUnimplemented, optimizer_step,
-                                 schedule_assert)
+from .action import Action
+from .pipeline_pass_base import PipelinePassBase, ScheduleUnimplemented, optimizer_step, schedule_assert
 
 
-def one_f_one_b_schedule(num_micro_batches, pp_degree, pp_stage):
+def one_f_one_b_schedule(num_micro_batches: int, pp_degree: int, pp_stage: int) -> List[Action]:
     schedule_assert(pp_degree <= num_micro_batches,
                     "Num of micro batches should larger than or equal to pp degree.")
     warmup = pp_degree - pp_stage

@@ -8,11 +8,16 @@ Paddle refuses a configuration whose warm-up is longer than the number of
 micro-batches (so the condition depends on the stage). As in Paddle, the
 optimizer job keeps the default micro-batch id 0.
 """
+from __future__ import annotations
+
+from typing import List
+
 from ..pass_base import register_pass
-from .pipeline_pass_base import Action, PipelinePassBase, optimizer_step, schedule_assert
+from .action import Action
+from .pipeline_pass_base import PipelinePassBase, optimizer_step, schedule_assert
 
 
-def eager_1f1b_schedule(num_micro_batches, pp_degree, pp_stage):
+def eager_1f1b_schedule(num_micro_batches: int, pp_degree: int, pp_stage: int) -> List[Action]:
     warmup = 2 * (pp_degree - pp_stage) - 1
     schedule_assert(
         warmup <= num_micro_batches,

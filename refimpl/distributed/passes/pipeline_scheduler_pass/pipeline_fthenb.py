@@ -5,11 +5,16 @@ Mirrors ``pipeline_scheduler_pass/pipeline_fthenb.py`` (pass name
 depends only on ``num_micro_batches``; each stage holds the activations of
 all micro-batches at its peak.
 """
+from __future__ import annotations
+
+from typing import List
+
 from ..pass_base import register_pass
-from .pipeline_pass_base import Action, PipelinePassBase, optimizer_step
+from .action import Action
+from .pipeline_pass_base import PipelinePassBase, optimizer_step
 
 
-def fthenb_schedule(num_micro_batches):
+def fthenb_schedule(num_micro_batches: int) -> List[Action]:
     """``F0 .. F(m-1), B0 .. B(m-1), optimizer``."""
     steps = [Action("forward", mb) for mb in range(num_micro_batches)]
     steps += [Action("backward", mb) for mb in range(num_micro_batches)]

@@ -24,11 +24,17 @@ longer, and a steady step is ``backward, recv_forward, send_backward,
 forward``; under the old IR a steady step is ``forward, backward``. The
 optimizer job keeps the default micro-batch id 0, as in Paddle.
 """
+from __future__ import annotations
+
+from typing import List
+
 from ..pass_base import register_pass
-from .pipeline_pass_base import Action, PipelinePassBase, optimizer_step, schedule_assert
+from .action import Action
+from .pipeline_pass_base import PipelinePassBase, optimizer_step, schedule_assert
 
 
-def vpp_chunk_of_step(step, forward, num_micro_batches, pp_degree, vpp_degree):
+def vpp_chunk_of_step(step: int, forward: bool, num_micro_batches: int, pp_degree: int,
+                      vpp_degree: int) -> int:
     """The model chunk that forward (or backward) step ``step`` works on."""
     round_size = pp_degree * vpp_degree
     full_rounds_end = (num_micro_batches // pp_degree) * round_size
@@ -37,15 +43,15 @@ def vpp_chunk_of_step(step, forward, num_micro_batches, pp_degree, vpp_degree):
     return chunk if forward else vpp_degree - 1 - chunk
 
 
-def vpp_warmup_steps(num_micro_batches, pp_degree, pp_stage, vpp_degree):
+def vpp_warmup_steps(num_micro_batches: int, pp_degree: int, pp_stage: int, vpp_degree: int) -> int:
     total = num_micro_batches * vpp_degree
     if num_micro_batches == pp_degree:
         return total
     return min(2 * (pp_degree - pp_stage - 1) + (vpp_degree - 1) * pp_degree, total)
 
 
-def vpp_schedule(num_micro_batches, pp_degree, pp_stage, vpp_degree,
-                 split_backward=False, with_comm_jobs=True):
+def vpp_schedule(num_micro_batches: int, pp_degree: int, pp_stage: int, vpp_degree: int,
+                 split_backward: bool = False, with_comm_jobs: bool = True) -> List[Action]:
     """Stage ``pp_stage``'s actions. ``with_comm_jobs``: the new-IR job list."""
     m, p, v = num_micro_batches, pp_degree, vpp_degree
     schedule_assert(m >= p, note=f"VPP needs num_micro_batches >= pp_degree (got {m} < {p})")

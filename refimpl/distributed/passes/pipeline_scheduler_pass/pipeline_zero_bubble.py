@@ -26,18 +26,24 @@ value}``, the same for every stage and chunk), ``injected_base_memory`` and
 ``injected_max_memory`` (None = no limit); absent attrs mean zero memory and
 no limit. A memory estimator may instead set the three instance lists.
 """
+from __future__ import annotations
+
 from collections import deque
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from refimpl.core.errors import InvalidArgument, OutOfRange, PreconditionNotMet
 
 from ..pass_base import register_pass
-from .pipeline_pass_base import (Action, PipelinePassBase, ScheduleKeyError, ScheduleValueError,
-                                 optimizer_step, schedule_assert)
+from .action import Action
+from .pipeline_pass_base import (PipelinePassBase, ScheduleKeyError, ScheduleValueError, optimizer_step,
+                                 schedule_assert)
 
 JOB_KINDS = ("forward", "backward_b", "backward_w")
+# Paddle's default ``program_runtimes`` of the ZBVPP pass: forward, backward_b, backward_w, loss, communication
+DEFAULT_PROGRAM_RUNTIMES = (61, 72, 71, 34, 3)
 
 
-def zbh1_schedule(num_micro_batches, pp_degree, pp_stage):
+def zbh1_schedule(num_micro_batches: int, pp_degree: int, pp_stage: int) -> List[Action]:
     """ZB-H1 for one stage: 1F1B with ``pp_stage`` W jobs moved to the end."""
     m, p, s = num_micro_batches, pp_degree, pp_stage
     schedule_assert(p <= m, "Num of micro batches should larger than or equal to pp degree.")
@@ -80,13 +86,16 @@ class _JobTable(dict):
         raise ScheduleKeyError(key)
 
 
-def per_job_table(per_kind, vpp_degree):
+def per_job_table(per_kind: Dict[str, Any], vpp_degree: int) -> Dict[str, Any]:
     """``{"forward": a, ...}`` -> ``{"forward0": a, "forward1": a, ...}``."""
     return _JobTable({f"{kind}{c}": per_kind.get(kind, 0) for kind in JOB_KINDS for c in range(vpp_degree)})
 
 
-def zbvpp_schedules(pp_degree, num_micro_batches, vpp_degree, program_runtimes,
-                    mem_usages=None, max_mem_usages=None, base_memory=None, max_memory=None):
+def zbvpp_schedules(pp_degree: int, num_micro_batches: int, vpp_degree: int,
+                    program_runtimes: Dict[str, float], mem_usages: Optional[Dict[str, float]] = None,
+                    max_mem_usages: Optional[Dict[str, float]] = None,
+                    base_memory: Optional[Sequence[float]] = None,
+                    max_memory: Optional[Sequence[float]] = None) -> List[List[Action]]:
     """Every stage's ZBVPP actions (without the optimizer): a list per stage.
 
     ``mem_usages`` / ``max_mem_usages``: per stage, ``{job name: memory}``;
@@ -103,7 +112,8 @@ def zbvpp_schedules(pp_degree, num_micro_batches, vpp_degree, program_runtimes,
     zeros = [per_job_table({}, v) for _ in range(p)]
     creator = VScheduleCreator(p, m, v, mem_usages or zeros, max_mem_usages or zeros,
                                base_memory or [0] * p, runtimes, max_memory)
-    best, best_end = None, None
+    best: Any = None
+    best_end: Any = None
     for fill_w_before_b in (True, False):
         for fill_w_before_f in (True, False):
             for fill_loss_stage in (True, False):
@@ -119,7 +129,7 @@ def zbvpp_schedules(pp_degree, num_micro_batches, vpp_degree, program_runtimes,
 class PipelineZeroBubbleVirtualPipelinePass(PipelineZeroBubblePipelinePass):
     def __init__(self):
         super().__init__()
-        self.set_attr("program_runtimes", [61, 72, 71, 34, 3])
+        self.set_attr("program_runtimes", list(DEFAULT_PROGRAM_RUNTIMES))
         self.set_attr("memory_limit_times", -1)  # recorded, unused (as in Paddle 3.3.1)
         # per stage, filled by a memory estimator; empty -> the injected_* attrs
         self.program_mem_usages = []
@@ -139,7 +149,7 @@ class PipelineZeroBubbleVirtualPipelinePass(PipelineZeroBubblePipelinePass):
         return ([_JobTable(usage) for _ in range(pp_degree)],
                 [_JobTable(peak) for _ in range(pp_degree)], [base] * pp_degree)
 
-    def all_stage_schedules(self):
+    def all_stage_schedules(self) -> List[List[Action]]:
         """Every stage's actions (the scheduler plans all stages together)."""
         m, p, v = self._require("num_micro_batches", "pp_degree", "vpp_degree")
         usage, peak, base = self._memory_model(p, v)
@@ -177,8 +187,10 @@ class VScheduleCreator:
     the run that finishes earliest.
     """
 
-    def __init__(self, num_stage, num_micro_batch, num_model_chunks, program_mem_usages,
-                 program_max_mem_usages, base_memory, program_runtime, max_memory=None):
+    def __init__(self, num_stage: int, num_micro_batch: int, num_model_chunks: int,
+                 program_mem_usages: Any, program_max_mem_usages: Any,
+                 base_memory: Sequence[float], program_runtime: Any,
+                 max_memory: Optional[Sequence[float]] = None) -> None:
         self.P, self.M, self.V = num_stage, num_micro_batch, num_model_chunks
         self.usage, self.peak, self.base = program_mem_usages, program_max_mem_usages, base_memory
         self.rt = program_runtime
@@ -195,8 +207,10 @@ class VScheduleCreator:
         self.order = [[] for _ in range(self.P)]   # (kind, chunk, mb) per stage
         self.bubble = [0] * self.P                 # idle time since the stage's first forward
 
-    def create_v_schedule(self, fill_w_before_f=True, fill_w_before_b=True, fill_loss_stage=True,
-                          approved_bubbles=None):
+    def create_v_schedule(self, fill_w_before_f: bool = True, fill_w_before_b: bool = True,
+                          fill_loss_stage: bool = True,
+                          approved_bubbles: Optional[Sequence[int]] = None
+                          ) -> Tuple[List[List[Tuple[str, int, int]]], Any, Any]:
         """Returns ``(per-stage [(kind, chunk, mb)], finish times, largest bubble)``."""
         self._reset()
         approved = [-1] * self.P if approved_bubbles is None else approved_bubbles
