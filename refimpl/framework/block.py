@@ -7,11 +7,18 @@ finds its parent's variables through ``_find_var_recursive``.
 program's current guards and, as Paddle does, marks every output
 ``stop_gradient`` when no input needs a gradient.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Optional, Sequence, TYPE_CHECKING
+
 from refimpl.core.errors import AlreadyExists, InvalidArgument, NotFound
 
 from .op_role import OP_DEVICE_ATTR, OP_NAMESCOPE_ATTR, OP_ROLE_ATTR, OP_ROLE_VAR_ATTR
 from .operator import Operator
 from .variable import Parameter, Variable
+
+if TYPE_CHECKING:
+    from .program import Program
 
 # control-flow ops do not pass stop_gradient from inputs to outputs
 _NO_STOP_GRADIENT_PASS = {"conditional_block", "conditional_block_grad", "while", "while_grad"}
@@ -24,7 +31,7 @@ def _flatten_vars(slots):
 
 
 class Block:
-    def __init__(self, program, idx, parent_idx=-1):
+    def __init__(self, program: Program, idx: int, parent_idx: int = -1) -> None:
         self.program = program
         self.idx = idx
         self.parent_idx = parent_idx
@@ -33,16 +40,16 @@ class Block:
         self.forward_block_idx = -1
 
     # ---- variables ----------------------------------------------------
-    def var(self, name):
+    def var(self, name: str) -> Variable:
         v = self.vars.get(name)
         if v is None:
             raise NotFound(f"variable {name!r} is not in block {self.idx}")
         return v
 
-    def has_var(self, name):
+    def has_var(self, name: str) -> bool:
         return name in self.vars
 
-    def create_var(self, name=None, **kwargs):
+    def create_var(self, name: Optional[str] = None, **kwargs: Any) -> Variable:
         """Create (or return the existing) variable ``name`` in this block."""
         if name is None:
             from . import unique_name
@@ -54,7 +61,7 @@ class Block:
         self.program._bump()
         return v
 
-    def create_parameter(self, name, shape, dtype, **kwargs):
+    def create_parameter(self, name: str, shape: Sequence[int], dtype: Any, **kwargs: Any) -> Parameter:
         """Create a Parameter in the global block; run its initializer into this block."""
         glob = self.program.global_block()
         if name in glob.vars and glob.vars[name].is_parameter and self is glob:
@@ -102,10 +109,10 @@ class Block:
             raise NotFound(f"variable {name!r} is not in block {self.idx} or its parents")
         return v
 
-    def iter_parameters(self):
+    def iter_parameters(self) -> Iterator[Parameter]:
         return (v for v in self.vars.values() if v.is_parameter)
 
-    def all_parameters(self):
+    def all_parameters(self) -> List[Parameter]:
         return list(self.iter_parameters())
 
     # ---- ops ----------------------------------------------------------
@@ -152,7 +159,9 @@ class Block:
                     if dtype is not None:
                         v.dtype = dtype
 
-    def append_op(self, type, inputs=None, outputs=None, attrs=None, **_ignored):
+    def append_op(self, type: str, inputs: Optional[Dict[str, Any]] = None,
+                  outputs: Optional[Dict[str, Any]] = None, attrs: Optional[Dict[str, Any]] = None,
+                  **_ignored: Any) -> Operator:
         """Append an op built from Python (proto slots and attr defaults filled)."""
         if type not in _NO_STOP_GRADIENT_PASS:
             ins = list(_flatten_vars(inputs))
@@ -170,6 +179,22 @@ class Block:
         self.ops.insert(index, op)
         self.program._bump()
         return op
+
+    def _insert_ops(self, groups: Dict[int, Sequence[Operator]]) -> None:
+        """Splice in ops made by ``_make_op``: ``groups`` maps an index to the ops that go before ``ops[index]``.
+
+        One pass over the block, where an ``_insert_op`` per op would move
+        the ops after it each time; ``len(ops)`` as an index appends.
+        """
+        if not groups:
+            return
+        ops = []
+        for i, op in enumerate(self.ops):
+            ops.extend(groups.get(i, ()))
+            ops.append(op)
+        ops.extend(groups.get(len(self.ops), ()))
+        self.ops[:] = ops
+        self.program._bump()
 
     def _prepend_op(self, type, inputs=None, outputs=None, attrs=None, **_ignored):
         return self._insert_op(0, type, inputs, outputs, attrs)

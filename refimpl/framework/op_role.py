@@ -4,6 +4,8 @@ Paddle stores it as the ``op_role`` attr of every op, a bit set with these
 values (``paddle/fluid/framework/op_proto_maker.h``). ``op_role_var`` pairs a
 parameter with its gradient on backward and optimize ops.
 """
+from __future__ import annotations
+
 
 
 class OpRole:
@@ -26,17 +28,17 @@ OP_DEVICE_ATTR = "op_device"
 COMMON_ATTRS = (OP_ROLE_ATTR, OP_ROLE_VAR_ATTR, OP_NAMESCOPE_ATTR, OP_DEVICE_ATTR)
 
 
-def is_forward(role):
+def is_forward(role: int) -> bool:
     return (role & ~OpRole.Loss) == OpRole.Forward
 
 
-def is_backward(role):
+def is_backward(role: int) -> bool:
     return bool(role & OpRole.Backward)
 
 
-def is_optimize(role):
+def is_optimize(role: int) -> bool:
     return bool(role & OpRole.Optimize)
 
 
-def is_lr_sched(role):
+def is_lr_sched(role: int) -> bool:
     return bool(role & OpRole.LRSched)

@@ -7,12 +7,19 @@ present (unused optional ones as ``[]``); output slots are the given ones;
 proto attrs are filled with their defaults, plus the common attrs
 ``op_role``, ``op_role_var``, ``op_namescope`` and ``op_device``.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, TYPE_CHECKING
+
 import numpy as np
 
 from refimpl.core.errors import InvalidArgument, NotFound
 from refimpl.ops.registry import get_op_def
 
 from .op_role import OP_ROLE_ATTR
+
+if TYPE_CHECKING:
+    from .block import Block
 
 
 def _names(value):
@@ -31,7 +38,9 @@ def _names(value):
 
 
 class Operator:
-    def __init__(self, block, type, inputs=None, outputs=None, attrs=None, fill_proto=True):
+    def __init__(self, block: Block, type: str, inputs: Optional[Dict[str, Any]] = None,
+                 outputs: Optional[Dict[str, Any]] = None, attrs: Optional[Dict[str, Any]] = None,
+                 fill_proto: bool = True) -> None:
         self.block = block
         self.type = type
         opdef = get_op_def(type)  # NotFound for unknown op types
@@ -54,34 +63,34 @@ class Operator:
             self._attrs[k] = _typed(opdef, k, v)
 
     # ---- slots --------------------------------------------------------
-    def input(self, slot):
+    def input(self, slot: str) -> List[str]:
         return list(self._inputs.get(slot, []))
 
-    def output(self, slot):
+    def output(self, slot: str) -> List[str]:
         return list(self._outputs.get(slot, []))
 
     @property
-    def input_names(self):
+    def input_names(self) -> List[str]:
         return list(self._inputs)
 
     @property
-    def output_names(self):
+    def output_names(self) -> List[str]:
         return list(self._outputs)
 
     @property
-    def input_arg_names(self):
+    def input_arg_names(self) -> List[str]:
         return [n for names in self._inputs.values() for n in names]
 
     @property
-    def output_arg_names(self):
+    def output_arg_names(self) -> List[str]:
         return [n for names in self._outputs.values() for n in names]
 
     @property
-    def inputs(self):
+    def inputs(self) -> Dict[str, List[str]]:
         return self._inputs
 
     @property
-    def outputs(self):
+    def outputs(self) -> Dict[str, List[str]]:
         return self._outputs
 
     def _rename_input(self, old, new):
@@ -94,21 +103,21 @@ class Operator:
             names[:] = [new if n == old else n for n in names]
         self._changed()
 
-    def desc_set_input(self, slot, names):
+    def desc_set_input(self, slot: str, names: Iterable[str]) -> None:
         self._inputs[slot] = list(names)
         self._changed()
 
-    def desc_set_output(self, slot, names):
+    def desc_set_output(self, slot: str, names: Iterable[str]) -> None:
         self._outputs[slot] = list(names)
         self._changed()
 
     # ---- attrs --------------------------------------------------------
-    def attr(self, name):
+    def attr(self, name: str) -> Any:
         if name not in self._attrs:
             raise NotFound(f"op {self.type!r} has no attr {name!r}")
         return self._attrs[name]
 
-    def has_attr(self, name):
+    def has_attr(self, name: str) -> bool:
         return name in self._attrs
 
     def _set_attr(self, name, value):
@@ -120,10 +129,10 @@ class Operator:
         self._changed()
 
     @property
-    def attr_names(self):
+    def attr_names(self) -> List[str]:
         return list(self._attrs)
 
-    def all_attrs(self):
+    def all_attrs(self) -> Dict[str, Any]:
         return dict(self._attrs)
 
     def _block_attr_id(self, name):
@@ -134,7 +143,7 @@ class Operator:
             self.block.program._bump()
 
     @property
-    def idx(self):
+    def idx(self) -> int:
         for i, op in enumerate(self.block.ops):
             if op is self:
                 return i
@@ -150,7 +159,7 @@ class Operator:
 
     __repr__ = __str__
 
-    def role(self):
+    def role(self) -> int:
         return self._attrs.get(OP_ROLE_ATTR, 0)
 
 

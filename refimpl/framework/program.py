@@ -8,16 +8,26 @@ default main / startup programs. ``to_dict`` / ``from_dict`` speak the
 ``program/v1`` JSON format (see ``serialize.py``). Unlike Paddle there is no
 C++ desc behind it: the Python objects are the program.
 """
+from __future__ import annotations
+
 import contextlib
 import threading
+from typing import Any, Dict, Iterator, List, Optional, TYPE_CHECKING
 
 from refimpl.core.errors import InvalidArgument, OutOfRange
 
 from .block import Block
 from .op_role import OpRole, OP_ROLE_ATTR
 
+if TYPE_CHECKING:
+    from .operator import Operator
+    from .variable import Parameter, Variable
+
 
 class Program:
+    # set on a main program by fleet's pipeline meta optimizer; Executor.run then runs its Plan
+    _pipeline_opt: Any
+
     def __init__(self):
         self.blocks = [Block(self, 0)]
         self.current_block_idx = 0
@@ -32,19 +42,19 @@ class Program:
     def _bump(self):
         self._version += 1
 
-    def global_block(self):
+    def global_block(self) -> Block:
         return self.blocks[0]
 
-    def block(self, index):
+    def block(self, index: int) -> Block:
         if not 0 <= index < len(self.blocks):
             raise OutOfRange(f"program has {len(self.blocks)} blocks; block {index} does not exist")
         return self.blocks[index]
 
     @property
-    def num_blocks(self):
+    def num_blocks(self) -> int:
         return len(self.blocks)
 
-    def current_block(self):
+    def current_block(self) -> Block:
         return self.blocks[self.current_block_idx]
 
     def _create_block(self, parent_idx=None):
@@ -58,11 +68,11 @@ class Program:
     def _rollback(self):
         self.current_block_idx = self.current_block().parent_idx
 
-    def list_vars(self):
+    def list_vars(self) -> Iterator[Variable]:
         for b in self.blocks:
             yield from b.vars.values()
 
-    def all_parameters(self):
+    def all_parameters(self) -> List[Parameter]:
         return self.global_block().all_parameters()
 
     # ---- guards -------------------------------------------------------
@@ -99,7 +109,7 @@ class Program:
         return "/" + "".join(s + "/" for s in self._name_scopes)
 
     # ---- copies and text ----------------------------------------------
-    def clone(self, for_test=False):
+    def clone(self, for_test: bool = False) -> Program:
         """A deep copy; with ``for_test`` backward/optimize ops are dropped and is_test set."""
         p = Program.from_dict(self.to_dict())
         p.random_seed = self.random_seed
@@ -115,16 +125,16 @@ class Program:
                           if k in used or v.persistable or v.is_data}
         return p
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         from .serialize import program_to_dict
         return program_to_dict(self)
 
     @staticmethod
-    def from_dict(d):
+    def from_dict(d: Any) -> Program:
         from .serialize import program_from_dict
         return program_from_dict(d)
 
-    def to_string(self, throw_on_error=False, with_details=False):
+    def to_string(self, throw_on_error: bool = False, with_details: bool = False) -> str:
         return str(self)
 
     def __str__(self):
@@ -148,28 +158,28 @@ def _defaults():
     return d
 
 
-def default_main_program():
+def default_main_program() -> Program:
     return _defaults()["main"]
 
 
-def default_startup_program():
+def default_startup_program() -> Program:
     return _defaults()["startup"]
 
 
-def switch_main_program(program):
+def switch_main_program(program: Program) -> Program:
     d = _defaults()
     old, d["main"] = d["main"], program
     return old
 
 
-def switch_startup_program(program):
+def switch_startup_program(program: Program) -> Program:
     d = _defaults()
     old, d["startup"] = d["startup"], program
     return old
 
 
 @contextlib.contextmanager
-def program_guard(main_program, startup_program=None):
+def program_guard(main_program: Program, startup_program: Optional[Program] = None) -> Iterator[None]:
     """Build into ``main_program`` (and ``startup_program``) inside the block."""
     if not isinstance(main_program, Program):
         raise InvalidArgument(f"program_guard: main_program must be a Program, got {type(main_program).__name__}")
@@ -181,23 +191,23 @@ def program_guard(main_program, startup_program=None):
         yield
     finally:
         switch_main_program(old_main)
-        if startup_program is not None:
+        if old_start is not None:
             switch_startup_program(old_start)
 
 
 @contextlib.contextmanager
-def name_scope(prefix):
+def name_scope(prefix: str) -> Iterator[None]:
     with default_main_program()._name_scope(prefix):
         yield
 
 
-def current_device():
+def current_device() -> str:
     """The device set by the innermost ``device_guard`` ("" when none)."""
     return _defaults()["device"]
 
 
 @contextlib.contextmanager
-def device_guard(device=None):
+def device_guard(device: Optional[str] = None) -> Iterator[None]:
     """Ops appended inside get ``op_device = device`` (any program, as in Paddle)."""
     d = _defaults()
     old, d["device"] = d["device"], device or ""
@@ -207,5 +217,5 @@ def device_guard(device=None):
         d["device"] = old
 
 
-def op_role_of(op):
+def op_role_of(op: Operator) -> int:
     return op.attr(OP_ROLE_ATTR) if op.has_attr(OP_ROLE_ATTR) else 0

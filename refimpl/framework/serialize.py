@@ -13,7 +13,10 @@ does not declare must still be attribute-shaped (a scalar, a flat list of
 scalars, or a block reference); anything else is InvalidArgument naming the
 op, the attr and the path.
 """
+from __future__ import annotations
+
 import numbers
+from typing import Any, Dict, Iterable, Optional, Sequence, TYPE_CHECKING
 
 import numpy as np
 
@@ -21,14 +24,20 @@ from refimpl.core.dtypes import convert_dtype
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
 from refimpl.ops.registry import get_op_def, has_op
 
+from .block import Block
 from .operator import Operator
 from .variable import VAR_TYPES, Parameter, Variable
 
+if TYPE_CHECKING:
+    from .program import Program
+
 FORMAT = "program/v1"
+_PLAIN_KINDS = {bool: "bool", int: "int", float: "float", str: "str"}  # attr values kept as they are
 
 
 def _attr_to_json(v):
-    from .block import Block
+    if type(v) in _PLAIN_KINDS:
+        return v
     if isinstance(v, Block):
         return {"block": v.idx}
     if isinstance(v, (list, tuple)) and v and all(isinstance(b, Block) for b in v):
@@ -38,19 +47,23 @@ def _attr_to_json(v):
     return v
 
 
-def program_to_dict(program):
-    blocks = []
-    for b in program.blocks:
-        blocks.append({
-            "idx": b.idx, "parent_idx": b.parent_idx,
-            "vars": [b.vars[n]._to_dict() for n in sorted(b.vars)],
-            "ops": [{"type": op.type,
-                     "inputs": {k: list(v) for k, v in op.inputs.items()},
-                     "outputs": {k: list(v) for k, v in op.outputs.items()},
-                     "attrs": {k: _attr_to_json(v) for k, v in op.all_attrs().items()}}
-                    for op in b.ops],
-        })
-    return {"format": FORMAT, "blocks": blocks}
+def block_to_dict(block: Block, ops: Optional[Sequence[Operator]] = None,
+                  var_names: Optional[Iterable[str]] = None) -> Dict[str, Any]:
+    """One block as a dict; ``ops`` / ``var_names`` (default: all of them) select what it lists."""
+    names = block.vars if var_names is None else var_names
+    return {
+        "idx": block.idx, "parent_idx": block.parent_idx,
+        "vars": [block.vars[n]._to_dict() for n in sorted(names)],
+        "ops": [{"type": op.type,
+                 "inputs": {k: list(v) for k, v in op.inputs.items()},
+                 "outputs": {k: list(v) for k, v in op.outputs.items()},
+                 "attrs": {k: _attr_to_json(v) for k, v in op._attrs.items()}}
+                for op in (block.ops if ops is None else ops)],
+    }
+
+
+def program_to_dict(program: Program) -> Dict[str, Any]:
+    return {"format": FORMAT, "blocks": [block_to_dict(b) for b in program.blocks]}
 
 
 def _need(cond, where, what):
@@ -89,6 +102,9 @@ _COMMON_ATTRS = {"op_role": "int", "op_role_var": "list", "op_namescope": "str",
 
 def _kind(v):
     """The attribute kind of a value: bool, int, float, str, list, block or None (not an attr)."""
+    kind = _PLAIN_KINDS.get(type(v))  # the common case, without the slower ABC checks below
+    if kind is not None:
+        return kind
     if isinstance(v, (bool, np.bool_)):
         return "bool"
     if isinstance(v, numbers.Integral):
@@ -128,13 +144,16 @@ def _check_attr(opdef, name, value, where):
     got = _kind(value)
     if value is None and name in opdef.attrs and opdef.attrs[name] is None:
         return
-    _need(got is not None, where, f"attr {name!r} of op {opdef.type!r} has a value of type "
-          f"{type(value).__name__} that no attribute can hold ({_short(value)})")
+    if got is None:
+        _need(False, where, f"attr {name!r} of op {opdef.type!r} has a value of type "
+              f"{type(value).__name__} that no attribute can hold ({_short(value)})")
     want = _declared_kind(opdef, name)
     if want is None:
         return
     ok = got in _ACCEPTS.get(want, {want}) or (want == "list" and got == "blocks" and not value)
-    _need(ok, where, f"attr {name!r} of op {opdef.type!r} is declared {want} but got {got} ({_short(value)})")
+    if not ok:
+        _need(False, where, f"attr {name!r} of op {opdef.type!r} is declared {want} but got {got} "
+              f"({_short(value)})")
 
 
 def _short(v):
@@ -165,7 +184,7 @@ def _op_from_dict(block, d, where):
     block.ops.append(op)
 
 
-def program_from_dict(d):
+def program_from_dict(d: Any) -> Program:
     from .program import Program
     _need(isinstance(d, dict), "<root>", "expected an object")
     _need(d.get("format", FORMAT) == FORMAT, "format", f"expected {FORMAT!r}, got {d.get('format')!r}")
@@ -173,7 +192,6 @@ def program_from_dict(d):
     _need(isinstance(blocks, list) and blocks, "blocks", "expected a non-empty list")
     prog = Program()
     prog.blocks = []
-    from .block import Block
     for i, bd in enumerate(blocks):
         _need(isinstance(bd, dict), f"blocks[{i}]", "a block must be an object")
         _need(bd.get("idx", i) == i, f"blocks[{i}].idx", "blocks must be listed in idx order")

@@ -6,12 +6,15 @@ generator for the duration of a ``with`` block, which is how the oracle
 programs get names that start from 0. The generator is per thread, so
 in-process ranks (threads) name their programs as separate processes would.
 """
+from __future__ import annotations
+
 import contextlib
 import threading
+from typing import Iterator, Optional, Union
 
 
 class UniqueNameGenerator:
-    def __init__(self, prefix=""):
+    def __init__(self, prefix: str = "") -> None:
         self.ids = {}
         self.prefix = prefix
 
@@ -31,16 +34,16 @@ def _generator():
     return g
 
 
-def generate(key):
+def generate(key: str) -> str:
     """A new unique name with the given key, e.g. ``generate("fc") -> "fc_0"``."""
     return _generator()(key)
 
 
-def generate_with_ignorable_key(key):
+def generate_with_ignorable_key(key: str) -> str:
     return _generator()(key)
 
 
-def switch(new_generator=None):
+def switch(new_generator: Optional[UniqueNameGenerator] = None) -> UniqueNameGenerator:
     """Install ``new_generator`` (a fresh one if None); return the old one."""
     old = _generator()
     _local.generator = new_generator if new_generator is not None else UniqueNameGenerator()
@@ -48,7 +51,7 @@ def switch(new_generator=None):
 
 
 @contextlib.contextmanager
-def guard(new_generator=None):
+def guard(new_generator: Union[UniqueNameGenerator, str, None] = None) -> Iterator[None]:
     """Use a fresh (or the given) generator inside the block."""
     if isinstance(new_generator, str):
         new_generator = UniqueNameGenerator(new_generator)

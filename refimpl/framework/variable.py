@@ -6,7 +6,14 @@ data; values live in a Scope at run time. Arithmetic operators (``x @ w``,
 ``x + y``, ``x * 2.0``) are patched on by ``refimpl.tensor`` as Paddle's
 ``math_op_patch`` does.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence, TYPE_CHECKING
+
 from refimpl.core.dtypes import convert_dtype
+
+if TYPE_CHECKING:
+    from .block import Block
 
 DENSE_TENSOR = "DENSE_TENSOR"
 VAR_TYPES = ("DENSE_TENSOR", "SELECTED_ROWS", "DENSE_TENSOR_ARRAY", "STEP_SCOPES",
@@ -14,9 +21,10 @@ VAR_TYPES = ("DENSE_TENSOR", "SELECTED_ROWS", "DENSE_TENSOR_ARRAY", "STEP_SCOPES
 
 
 class Variable:
-    def __init__(self, block, name, shape=None, dtype=None, type=DENSE_TENSOR,
-                 persistable=False, stop_gradient=False, is_data=False,
-                 need_check_feed=False, **_ignored):
+    def __init__(self, block: Block, name: str, shape: Optional[Sequence[int]] = None,
+                 dtype: Any = None, type: str = DENSE_TENSOR, persistable: bool = False,
+                 stop_gradient: bool = False, is_data: bool = False, need_check_feed: bool = False,
+                 **_ignored: Any) -> None:
         self.block = block
         self.name = name
         self.type = type
@@ -32,7 +40,7 @@ class Variable:
     trainable = False
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         return len(self.shape) if self.shape is not None else 0
 
     def _to_dict(self):
@@ -67,8 +75,9 @@ class Parameter(Variable):
 
     is_parameter = True
 
-    def __init__(self, block, name, shape, dtype, trainable=True,
-                 optimize_attr=None, regularizer=None, need_clip=True, **kw):
+    def __init__(self, block: Block, name: str, shape: Sequence[int], dtype: Any,
+                 trainable: bool = True, optimize_attr: Optional[Dict[str, Any]] = None,
+                 regularizer: Any = None, need_clip: bool = True, **kw: Any) -> None:
         kw.setdefault("persistable", True)
         kw.setdefault("stop_gradient", not trainable)
         super().__init__(block, name, shape=shape, dtype=dtype, **kw)

@@ -10,11 +10,18 @@ grad vars (shaped like their forward vars) and set ``op_role_var`` on the op
 that finally produces each parameter's gradient. Sub-block (control-flow)
 backward is not supported.
 """
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple, Union
+
 from refimpl.core.errors import InvalidArgument, Unimplemented
 from refimpl.framework.op_role import OpRole, OP_DEVICE_ATTR, OP_ROLE_ATTR, OP_ROLE_VAR_ATTR
 from refimpl.framework.variable import Variable
 from refimpl.ops.grad_maker import make_grad_op_descs
 from refimpl.ops.registry import GRAD_SUFFIX, grad_var_name, strip_grad_suffix
+
+if TYPE_CHECKING:
+    from refimpl.framework.variable import Parameter
 
 
 def _names(items):
@@ -56,14 +63,18 @@ def _sum_op(var, parts, device):
             "attrs": {OP_DEVICE_ATTR: device, "op_namescope": ""}}
 
 
-def addup_repetitive_outputs(descs, block_idx):
+def addup_repetitive_outputs(descs: List[Dict[str, Any]], block_idx: int) -> List[Dict[str, Any]]:
     """Rename gradients written more than once and sum them (``_addup_repetitive_outputs_``)."""
     pending, count, renamed, start, device = [], {}, {}, {}, {}
+    mentions = {}  # name -> the pending sum ops that read or write it (renamed along with the descs)
     for idx, d in enumerate(descs):
         ins = [n for ns in d["inputs"].values() for n in ns]
         for n in ins:
             if GRAD_SUFFIX in n and len(renamed.get(n, ())) > 1:
-                pending.append((_sum_op(n, renamed[n], device.get(n, "")), idx))
+                op = _sum_op(n, renamed[n], device.get(n, ""))
+                pending.append((op, idx))
+                for m in set(renamed[n]) | {n}:
+                    mentions.setdefault(m, []).append(op)
                 renamed[n], start[n] = [n], idx
         for slot, names in d["outputs"].items():
             for k, n in enumerate(list(names)):
@@ -77,8 +88,9 @@ def addup_repetitive_outputs(descs, block_idx):
                     count[n] = count.get(n, 0) + 1
                     renamed[n][0] = first
                     _rename(descs, n, first, start[n], idx)
-                    for p, _ in pending:
-                        _rename([p], n, first, 0, 1)
+                    touched = mentions.pop(n, [])
+                    _rename(touched, n, first, 0, len(touched))
+                    mentions.setdefault(first, []).extend(touched)
                     for earlier in list(d["outputs"])[:list(d["outputs"]).index(slot)]:
                         d["outputs"][earlier] = [first if x == n else x for x in d["outputs"][earlier]]
                     names = [first if x == n else x for x in names[:k]] + names[k:]
@@ -91,12 +103,24 @@ def addup_repetitive_outputs(descs, block_idx):
     for n, parts in renamed.items():
         if len(parts) > 1:
             pending.append((_sum_op(n, parts, device.get(n, "")), len(descs)))
-    for op, idx in reversed(pending):
-        descs.insert(idx, op)
+    descs[:] = _insert_before(descs, pending)
     return descs
 
 
-def remove_no_grad_branch(descs, no_grad):
+def _insert_before(descs, inserts):
+    """``descs`` with each ``(desc, i)`` of ``inserts`` placed before ``descs[i]`` (in their order)."""
+    before = {}
+    for d, i in inserts:
+        before.setdefault(i, []).append(d)
+    out = []
+    for i, d in enumerate(descs):
+        out.extend(before.get(i, ()))
+        out.append(d)
+    out.extend(before.get(len(descs), ()))
+    return out
+
+
+def remove_no_grad_branch(descs: List[Dict[str, Any]], no_grad: Set[str]) -> List[Dict[str, Any]]:
     """Drop grad ops that produce nothing needed; zero-fill needed-but-absent grads."""
     def removable(d):
         outs = [n for ns in d["outputs"].values() for n in ns]
@@ -114,9 +138,7 @@ def remove_no_grad_branch(descs, no_grad):
             if GRAD_SUFFIX in n and n in no_grad:
                 inserts.append(({"type": "fill_any_like", "inputs": {"X": [strip_grad_suffix(n)]},
                                  "outputs": {"Out": [n]}, "attrs": {"value": 0.0, "dtype": -1}}, idx))
-    for op, idx in reversed(inserts):
-        descs.insert(idx, op)
-    return descs
+    return _insert_before(descs, inserts)
 
 
 def _loss_grad_desc(loss):
@@ -128,7 +150,10 @@ def _loss_grad_desc(loss):
                       OP_DEVICE_ATTR: device, "op_namescope": ""}}
 
 
-def append_backward(loss, parameter_list=None, no_grad_set=None, callbacks=None, checkpoints=None):
+def append_backward(loss: Variable, parameter_list: Optional[Sequence[Union[Parameter, str]]] = None,
+                    no_grad_set: Optional[Iterable[Union[Variable, str]]] = None,
+                    callbacks: Optional[Sequence[Callable[..., Any]]] = None,
+                    checkpoints: Optional[Sequence[Any]] = None) -> List[Tuple[Parameter, Variable]]:
     """Append grad ops for ``loss``; return ``[(param, grad_var)]``."""
     if not isinstance(loss, Variable):
         raise InvalidArgument(f"append_backward: loss must be a Variable, got {type(loss).__name__}")
@@ -177,16 +202,25 @@ def append_backward(loss, parameter_list=None, no_grad_set=None, callbacks=None,
         if p not in grad_info:
             continue
         params_and_grads.append((program.global_block().var(p), block.vars.get(grad_info[p])))
+    writers = _last_writers(block.ops, {g.name for _, g in params_and_grads if g is not None})
     for p, g in params_and_grads:
         if g is None:
             continue
-        for op in reversed(block.ops):
-            if g.name in op.output_arg_names:
-                g.op = op
-                break
+        if g.name in writers:
+            g.op = writers[g.name]
         val = [p.name, g.name] + list(g.op.attr(OP_ROLE_VAR_ATTR) if g.op.has_attr(OP_ROLE_VAR_ATTR) else [])
         g.op._set_attr(OP_ROLE_VAR_ATTR, val)
     return params_and_grads
+
+
+def _last_writers(ops, names):
+    """{name: the last of ``ops`` that writes it} for the ``names`` some op writes (one pass)."""
+    writers = {}
+    for op in ops:
+        for n in op.output_arg_names:
+            if n in names:
+                writers[n] = op
+    return writers
 
 
 def _create_grad_vars(block, start, grad_to_var):
@@ -212,5 +246,6 @@ def _create_grad_vars(block, start, grad_to_var):
     return grad_info
 
 
-def gradients(targets, inputs, target_gradients=None, no_grad_set=None):
+def gradients(targets: Any, inputs: Any, target_gradients: Any = None,
+              no_grad_set: Any = None) -> List[Variable]:
     raise Unimplemented("static.gradients is not implemented; use append_backward")

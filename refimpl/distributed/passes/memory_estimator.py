@@ -26,7 +26,10 @@ op does not need the buffer (which frees a var early), 0-D vars counted as
 set, ``max_memory`` is the executor's peak of non-persistable bytes, except
 for outputs a kernel leaves unwritten (dropout's ``Mask`` in test mode).
 """
+from __future__ import annotations
+
 import logging
+from typing import Any, Dict, Optional, Sequence, TYPE_CHECKING, Tuple
 
 import numpy as np
 
@@ -34,20 +37,24 @@ from refimpl.core.errors import InvalidArgument
 
 from . import pass_utils
 
+if TYPE_CHECKING:
+    from refimpl.framework.program import Program
+
 _READER_OPS = ("create_py_reader", "create_double_buffer_reader", "read")
 _DTYPE_BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2,
                 "int16": 2, "int8": 1, "uint8": 1}
 
 
 class PipelineMemoryEstimator:
-    def __init__(self, batch_size=None, paddle_quirks=True):
+    def __init__(self, batch_size: Optional[int] = None, paddle_quirks: bool = True) -> None:
         self.type_to_skip_gc_vars = {}
         self.program_types = []
         self.batch_size = batch_size
         self.paddle_quirks = paddle_quirks
         self.logger = logging.getLogger(__name__)
 
-    def set_program_skip_gc_vars(self, type_to_program, program_types):
+    def set_program_skip_gc_vars(self, type_to_program: Dict[str, Program],
+                                 program_types: Sequence[str]) -> None:
         """Record, per job type, the vars it must keep for a later job type of ``program_types``.
 
         ``program_types`` is the order of job types within one micro-batch.
@@ -66,7 +73,8 @@ class PipelineMemoryEstimator:
             self.type_to_skip_gc_vars[job_type] = dict.fromkeys(skip, -1)
             needed_later |= required[job_type]
 
-    def estimate_memory(self, program, program_type, dist_context=None):
+    def estimate_memory(self, program: Program, program_type: str,
+                        dist_context: Any = None) -> Tuple[int, int]:
         """``(mem_usage, max_memory)`` in bytes for one run of ``program`` as job ``program_type``."""
         if program_type not in self.type_to_skip_gc_vars:
             raise InvalidArgument(f"Please set the skip_gc_vars before estimating memory for "

@@ -24,13 +24,23 @@ Differences from Paddle, all deliberate:
   PIR: ``send_backward``, ``backward_w``), as in Paddle.
 * There is no ``dist_context``: chunk ids and streams are plain op attrs.
 """
+from __future__ import annotations
+
 from collections import OrderedDict
+from typing import Any, Dict, Iterable, List, Optional, Sequence, TYPE_CHECKING, Tuple
 
 from refimpl import flags
 from refimpl.core.errors import InvalidArgument, NotFound, OutOfRange, PreconditionNotMet
 from refimpl.executor.gc_plan import no_need_buffer_inputs
 from refimpl.framework.op_role import OP_ROLE_ATTR
+from refimpl.framework.program import Program
+from refimpl.framework.serialize import FORMAT, block_to_dict
 from refimpl.ops.registry import get_op_def
+
+if TYPE_CHECKING:
+    from refimpl.executor.plan import Job
+    from refimpl.framework.block import Block
+    from refimpl.framework.operator import Operator
 
 
 class _PaddleMessage:
@@ -44,7 +54,7 @@ class PassAssertionError(_PaddleMessage, InvalidArgument, AssertionError):
     """One of Paddle's ``assert`` statements on the arguments failed."""
 
 
-def pass_assert(condition, message):
+def pass_assert(condition: Any, message: str) -> None:
     if not condition:
         raise PassAssertionError(message)
 
@@ -56,7 +66,8 @@ class SkipGCVarsError(_PaddleMessage, PreconditionNotMet, AssertionError):
     vars (sorted), ``job_type`` and ``micro_batch_id`` the refused job.
     """
 
-    def __init__(self, job_type, skip_gc_vars, micro_batch_id=None):
+    def __init__(self, job_type: str, skip_gc_vars: Iterable[str],
+                 micro_batch_id: Optional[int] = None) -> None:
         self.job_type = job_type
         self.micro_batch_id = micro_batch_id
         self.skip_gc_vars = sorted(skip_gc_vars)
@@ -65,7 +76,7 @@ class SkipGCVarsError(_PaddleMessage, PreconditionNotMet, AssertionError):
                          f"subprogram must be empty, but it is {shown}.")
 
     @property
-    def skip_gc_vars_of_backward(self):
+    def skip_gc_vars_of_backward(self) -> List[str]:
         return list(self.skip_gc_vars)
 
 
@@ -78,7 +89,7 @@ def _output_args(op):
     return [n for slot in sorted(op.outputs) for n in op.outputs[slot]]
 
 
-def list_to_ordered_dict(list_obj, ordered_dict=None):
+def list_to_ordered_dict(list_obj: Iterable[Any], ordered_dict: Optional[OrderedDict] = None) -> OrderedDict:
     """Add the items of ``list_obj`` not yet in ``ordered_dict`` (a new one by default)."""
     if ordered_dict is None:
         ordered_dict = OrderedDict()
@@ -89,7 +100,7 @@ def list_to_ordered_dict(list_obj, ordered_dict=None):
 
 
 # ---------------------------------------------------------------- split / prune
-def get_inputs_of_program(program):
+def get_inputs_of_program(program: Program) -> List[str]:
     """Names read by some global-block op before any op of the program writes them, in order."""
     seen, inputs = set(), []
     for op in program.global_block().ops:
@@ -101,7 +112,7 @@ def get_inputs_of_program(program):
     return inputs
 
 
-def get_outputs_of_program(program):
+def get_outputs_of_program(program: Program) -> List[str]:
     """Every name a global-block op writes, in order of first write."""
     outputs = OrderedDict()
     for op in program.global_block().ops:
@@ -109,7 +120,7 @@ def get_outputs_of_program(program):
     return list(outputs)
 
 
-def prune_program(program, start_op_idx, end_op_idx):
+def prune_program(program: Program, start_op_idx: int, end_op_idx: int) -> Program:
     """A copy of ``program`` keeping global-block ops ``[start, end)`` and only the vars they use."""
     op_num = len(program.global_block().ops)
     start = start_op_idx + op_num if start_op_idx < 0 else start_op_idx
@@ -117,17 +128,19 @@ def prune_program(program, start_op_idx, end_op_idx):
     pass_assert(0 <= start < op_num, f"start_op_idx {start_op_idx} is out of range for {op_num} ops")
     pass_assert(0 <= end <= op_num, f"end_op_idx {end_op_idx} is out of range for {op_num} ops")
     pass_assert(start < end, f"start_op_idx {start} must be less than end_op_idx {end}")
-    pruned = program.clone()
-    block = pruned.global_block()
-    block.ops = block.ops[start:end]
-    used = {n for op in block.ops for n in op.input_arg_names + op.output_arg_names}
-    for name in [n for n in block.vars if n not in used]:
-        block._remove_var(name)
-    pruned._bump()
+    # copy only what is kept (the cost is the part's size, not the program's); sub-blocks whole
+    src = program.global_block()
+    ops = src.ops[start:end]
+    used = {n for op in ops for n in op.input_arg_names + op.output_arg_names}
+    blocks = [block_to_dict(src, ops, [n for n in src.vars if n in used])]
+    blocks += [block_to_dict(b) for b in program.blocks[1:]]
+    pruned = Program.from_dict({"format": FORMAT, "blocks": blocks})
+    pruned.random_seed = program.random_seed
     return pruned
 
 
-def split_program(program, op_indices):
+def split_program(program: Program,
+                  op_indices: Sequence[int]) -> Tuple[List[Program], List[List[str]], List[List[str]]]:
     """Cut the global block before each index of ``op_indices``.
 
     Returns ``(programs, input_vars, output_vars)``: the parts, the names each
@@ -146,14 +159,15 @@ def split_program(program, op_indices):
         pass_assert(a < b, "op_indices must be strictly sorted")
     parts = [prune_program(program, a, b) for a, b in zip(cuts, cuts[1:])]
     input_vars = [get_inputs_of_program(p) for p in parts]
-    written = [set(get_outputs_of_program(p)) for p in parts]
     output_vars = [OrderedDict() for _ in parts]
     output_vars[-1] = list_to_ordered_dict(get_outputs_of_program(parts[-1]))
-    for i in range(1, len(parts)):
+    last_writer = {}  # name -> the latest part before this one that writes it
+    for i, part in enumerate(parts):
         for name in input_vars[i]:
-            producer = next((j for j in reversed(range(i)) if name in written[j]), None)
+            producer = last_writer.get(name)
             if producer is not None:
                 output_vars[producer][name] = True
+        last_writer.update(dict.fromkeys(get_outputs_of_program(part), i))
     return parts, input_vars, [list(d) for d in output_vars]
 
 
@@ -167,10 +181,10 @@ class OpInOutInfo:
         self._other_arg_names_set = set()
 
     @property
-    def is_build(self):
+    def is_build(self) -> bool:
         return self._is_build
 
-    def build_info(self, op):
+    def build_info(self, op: Operator) -> None:
         self._no_need_buffer_slots = set(get_op_def(op.type).no_need_buffer)
         if not self._no_need_buffer_slots:
             return
@@ -178,12 +192,12 @@ class OpInOutInfo:
         self._other_arg_names_set = names - no_need_buffer_inputs(op)
         self._is_build = True
 
-    def is_needed(self, arg_name):
+    def is_needed(self, arg_name: str) -> bool:
         """True unless the op has no-need-buffer slots and reads ``arg_name`` through them alone."""
         return not self._no_need_buffer_slots or arg_name in self._other_arg_names_set
 
 
-def var_can_be_deleted(var_name, block):
+def var_can_be_deleted(var_name: str, block: Block) -> bool:
     """The pass_utils test: the var exists (here or in a parent block) and is not persistable.
 
     Unlike the executor's ``gc_plan.var_can_be_deleted`` it looks up parent
@@ -218,7 +232,8 @@ def _refused_job_types():
     return ("backward", "backward_w")
 
 
-def set_skip_gc_vars(num_micro_batches, job_types, sub_programs, jobs):
+def set_skip_gc_vars(num_micro_batches: int, job_types: Sequence[str], sub_programs: Sequence[Program],
+                     jobs: Sequence[Job]) -> Dict[str, Program]:
     """Give every job the vars it must not free because a later job of its micro-batch needs them.
 
     Walks the jobs backwards; a job keeps the vars it uses that a later job
@@ -251,7 +266,7 @@ def _role_or_unset(op):
     return op.attr(OP_ROLE_ATTR) if op.has_attr(OP_ROLE_ATTR) else -1
 
 
-def forward_complete_op_role(main_program):
+def forward_complete_op_role(main_program: Program) -> None:
     """Give ops without a role (no ``op_role`` attr, or -1) the role of the ops around them.
 
     As in Paddle, a run of role-less ops must sit between two ops of one
@@ -274,7 +289,7 @@ def forward_complete_op_role(main_program):
         i = j + 1
 
 
-def infer_chunk_id(op_idx, ops, with_dist=True):
+def infer_chunk_id(op_idx: int, ops: Sequence[Operator], with_dist: bool = True) -> int:
     """The VPP chunk of ``ops[op_idx]`` guessed from its neighbours (-1 when unknown).
 
     ``with_dist`` reads ``op.dist_attr.chunk_id`` (refimpl ops have no
