@@ -99,7 +99,7 @@ def grad_program(grads, fused):
     else:
         for v in vs:
             b.append_op(type="c_allreduce_sum", inputs={"X": [v]}, outputs={"Out": [v]})
-    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe = paddle.static.Executor()
     scope = paddle.static.Scope()
     feed = {f"g{i}": g for i, g in enumerate(grads)}
     fetch = [v.name for v in vs[-1:]]

@@ -52,7 +52,7 @@ def strategy(reduce="AllReduce", fuse=True, hierarchical=0, trainers=1, trainer_
 def init(startup, seed):
     paddle.seed(seed)
     scope = paddle.static.Scope()
-    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe = paddle.static.Executor()
     exe.run(startup, scope=scope)
     return exe, scope
 
@@ -67,7 +67,7 @@ def data_parallel(main, startup, loss, feeds, places, bs, seed=0):
     """Train on ``places`` places (this trainer's slice of each batch); return
     (this trainer's mean losses, every place's parameters, collectives per step on its first place)."""
     exe, scope = init(startup, seed)
-    compiled = paddle.static.CompiledProgram(main, bs, places=[paddle.CPUPlace()] * places)
+    compiled = paddle.static.CompiledProgram(main, bs, places=[exe.place] * places)
     losses, trace = [], Trace()
     for step, f in enumerate(feeds):
         x = f["x"]

@@ -1,6 +1,7 @@
 """Hybrid DP x PP training with fleet, checked against single-device training.
 
-The seed's fleet workflow: a DistributedStrategy with hybrid_configs
+The fleet workflow of ``python/paddle/distributed/fleet/fleet.py``'s
+docstrings: a DistributedStrategy with hybrid_configs
 (dp_degree x pp_degree), pipeline_configs (1F1B, accumulate_steps micro-batches)
 and gradient merge, ``fleet.init``, ``fleet.distributed_optimizer``,
 ``minimize``, then a plain ``exe.run`` loop on every rank. Each data-parallel
@@ -78,7 +79,7 @@ def main(argv=None):
         opt = fleet.distributed_optimizer(paddle.optimizer.SGD(0.1))
         opt.minimize(loss)
     paddle.seed(seed)
-    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe = paddle.static.Executor()
     exe.run(startup)
 
     rows = args.accumulate_steps * args.micro_batch_size  # one replica's batch

@@ -1,4 +1,4 @@
-"""Parameter-server training of a small regression model (the seed's fleet example 2).
+"""Parameter-server training of a small regression model (example 2 of ``fleet.py``'s docstrings).
 
     python -m refimpl.distributed.launch --server_num 2 --worker_num 2 examples/train_ps.py --mode sync --check
     python -m refimpl.distributed.launch --server_num 2 --worker_num 2 --in-process examples/train_ps.py --mode geo
@@ -62,7 +62,7 @@ def train_alone(args, workers):
     """Worker 0's reference: the same model on one rank, on the whole global batches."""
     paddle.seed(args.seed)
     main, startup, _, loss = build(lambda: paddle.optimizer.SGD(args.lr))
-    exe, scope = paddle.static.Executor(paddle.CPUPlace()), paddle.static.Scope()
+    exe, scope = paddle.static.Executor(), paddle.static.Scope()
     exe.run(startup, scope=scope)
     for step in range(args.steps):
         x, y = batch(step, ROWS * workers)
@@ -76,7 +76,7 @@ def evaluate(exe, test, loss):
 
 
 def run_worker(args, main, startup, test, loss):
-    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe = paddle.static.Executor()
     exe.run(startup)
     fleet.init_worker()
     j, workers = fleet.worker_index(), fleet.worker_num()

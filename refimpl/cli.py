@@ -189,7 +189,7 @@ def _prepare(args):
         initial.update(_read_npz(args.params, "params"))
     if args.feed:
         feeds = [_read_npz(args.feed, "feed")]
-    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe = paddle.static.Executor()
     scope = paddle.static.Scope()
     if startup is not None:
         paddle.seed(args.seed)
@@ -257,7 +257,7 @@ def _demo_run(args, trace):
     paddle.seed(args.seed)
     paddle.set_flags({"FLAGS_eager_delete_tensor_gb": args.gc_gb})
     main, startup, loss = build(16, 64, 4)
-    exe, scope = paddle.static.Executor(paddle.CPUPlace()), paddle.static.Scope()
+    exe, scope = paddle.static.Executor(), paddle.static.Scope()
     exe.run(startup, scope=scope)
     rng = np.random.default_rng(args.seed)
     w_true = rng.standard_normal((16, 4)).astype("float32")

@@ -56,7 +56,7 @@ def run_demo(steps=200, batch=32, hidden=64, seed=0, gc_gb=0.0, show_program=Tru
         print(main, file=out)
     print(f"\n=== training: {steps} steps, batch {batch}, MLP {din}-{hidden}-{hidden}-{classes}, "
           f"Momentum, FLAGS_eager_delete_tensor_gb={gc_gb} ===", file=out)
-    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe = paddle.static.Executor()
     scope = paddle.static.Scope()
     exe.run(startup, scope=scope)
     rng = np.random.default_rng(seed)

@@ -89,6 +89,38 @@ def test_gc_threshold_batches_frees():
     assert tiny.frees_by_op() == zero.frees_by_op()
 
 
+@pytest.mark.parametrize("gc_gb", [0.0, 1.0], ids=["at-once", "batched"])
+def test_every_free_of_an_untraced_run_goes_through_the_collector(monkeypatch, gc_gb):
+    """The run loop calls only what ``GarbageCollector.releaser`` handed it: spy on it, and the
+    names it releases are exactly the eager-deletion plan, and afterwards nothing planned is held."""
+    from refimpl.executor.garbage_collector import GarbageCollector
+    released, make = [], GarbageCollector.releaser
+
+    def spy(self, dead):
+        release = make(self, dead)
+        if release is None:
+            return None
+
+        def counted():
+            released.extend(n for n, _ in dead)
+            release()
+        return counted
+    monkeypatch.setattr(GarbageCollector, "releaser", spy)
+    _, _, exe, _, main, loss = train(gc_gb)
+    planned = sorted(n for names in eager_deletion_vars(main, [loss.name])[0] for n in names)
+    assert sorted(released) == sorted(planned * 3)  # three steps
+    assert exe.memory_stats()["live_bytes"] == sum(  # what is left: persistables and the loss
+        exe._last.block.tensor(n)._array.nbytes for n in exe._last.block.tensors
+        if exe._last.block.tensor(n)._array is not None)
+
+
+def test_gc_threshold_bytes_reads_the_flag():
+    from refimpl.executor.garbage_collector import gc_threshold_bytes
+    for gb, want in ((-1.0, -1), (0.0, 0), (0.5, 1 << 29), (2.0, 2 << 30)):
+        paddle.set_flags({"FLAGS_eager_delete_tensor_gb": gb})
+        assert gc_threshold_bytes() == want
+
+
 def test_peak_memory_with_gc_is_lower_and_matches_the_trace():
     _, _, exe_on, trace_on, *_ = train(0.0, trace_last=True)
     _, _, exe_off, trace_off, *_ = train(-1.0, trace_last=True)
@@ -285,3 +317,25 @@ def test_a_failing_optimizer_op_leaves_every_parameter_as_it_was():
         np.testing.assert_array_equal(np.array(scope.find_var(name).get_tensor()), value, err_msg=name)
     out = exe.run(main, feed=dict(feed(), bad_grad=np.ones(4, "float32")), fetch_list=[loss], scope=scope)
     assert np.isfinite(out[0])
+
+
+def test_the_update_whose_inputs_fail_is_the_one_named():
+    """Every update's inputs are checked in one pass before the first writes; the error names the
+    failing update (the last op here), not the first update of the run."""
+    main, startup, loss = build(layers=2)
+    with paddle.static.program_guard(main, startup):
+        g = paddle.static.data("bad_grad", [-1], "float32")
+        b = main.global_block()
+        b.append_op(type="sgd", inputs={"Param": b.var("fc_2.b_0"), "Grad": g,
+                                        "LearningRate": b.var("learning_rate_0")},
+                    outputs={"ParamOut": b.var("fc_2.b_0")}, attrs={"op_role": 2})
+    last = len(main.global_block().ops) - 1
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor()
+    exe.run(startup, scope=scope)
+    with pytest.raises(InvalidArgument, match=rf"block 0 op {last} \(sgd\): Param, Grad"):
+        exe.run(main, feed=dict(feed(), bad_grad=np.ones(7, "float32")), fetch_list=[loss], scope=scope)
+    scope.find_var("learning_rate_0").get_tensor().set(np.array([0.1, 0.2], "float32"))
+    first = next(i for i, op in enumerate(main.global_block().ops) if op.type == "sgd")
+    with pytest.raises(InvalidArgument, match=rf"block 0 op {first} \(sgd\).*more than one value"):
+        exe.run(main, feed=dict(feed(), bad_grad=np.ones(4, "float32")), fetch_list=[loss], scope=scope)

@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import refimpl.ops  # noqa: F401  (registers the ops)
 from refimpl.core import random as rrandom
@@ -447,3 +449,47 @@ def test_small_matmul_adds_over_k_in_order_as_paddle():
         for op, got in (("mul", _kernel("mul")(x, w, x_num_col_dims=1, y_num_col_dims=1)),
                         ("matmul_v2", _kernel("matmul_v2")(x, w, trans_x=False, trans_y=False))):
             assert got.tobytes() == want.tobytes(), op
+
+
+def _k_order_loop(a, b):
+    """The reference: out = sum_k a[..., :, k] * b[..., k, :], added k = 0, 1, ... with a rounding per add."""
+    want = None
+    for i in range(a.shape[-1]):
+        t = a[..., :, i:i + 1] * b[..., i:i + 1, :]
+        want = t if want is None else want + t
+    return want
+
+
+@settings(max_examples=80, deadline=None)
+@given(m=st.integers(1, 12), k=st.integers(1, 40), n=st.integers(2, 20), batch=st.sampled_from([(), (2,), (3, 1)]),
+       dtype=st.sampled_from(["float32", "float64"]), layout=st.sampled_from(["cc", "tc", "ct", "tt"]),
+       seed=st.integers(0, 2 ** 16))
+def test_small_products_add_over_k_in_order_for_every_layout(m, k, n, batch, dtype, layout, seed):
+    """``mm`` and the reduction it falls back to (when this NumPy's einsum does not add in order) give
+    the k-order sums bit for bit, whatever the operands' memory layout (the grad kernels pass
+    transposed views)."""
+    from refimpl.ops import math_ops
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(batch + (m, k)).astype(dtype)
+    b = rng.standard_normal(batch[-1:] + (k, n)).astype(dtype)
+    if layout[0] == "t":
+        a = np.ascontiguousarray(a.swapaxes(-1, -2)).swapaxes(-1, -2)
+    if layout[1] == "t":
+        b = np.ascontiguousarray(b.swapaxes(-1, -2)).swapaxes(-1, -2)
+    want = _k_order_loop(a, b).tobytes()
+    assert math_ops.mm(a, b).tobytes() == want
+    assert math_ops._reduce_in_order(a, b).tobytes() == want
+
+
+@settings(max_examples=80, deadline=None)
+@given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=3), dtype=st.sampled_from(["float32", "float64"]),
+       scale=st.integers(-3, 3), seed=st.integers(0, 2 ** 16), keep=st.booleans(), which=st.integers(0, 3))
+def test_reduce_mean_gives_numpys_mean_bit_for_bit(shape, dtype, scale, seed, keep, which):
+    x = (np.random.default_rng(seed).standard_normal(shape) * 10.0 ** scale).astype(dtype)
+    dim, axis = [([], None), ([0], (0,)), ([len(shape) - 1], (len(shape) - 1,)),
+                 (list(range(len(shape))), None)][which]
+    got = _kernel("reduce_mean")(x, dim=dim, keep_dim=keep, reduce_all=False)
+    want = np.asarray(np.mean(x, axis=axis, keepdims=keep))
+    if not keep and axis is None:
+        want = want.reshape(())
+    assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()

@@ -1,6 +1,6 @@
 """SectionWorker: the legacy pipeline worker of one stage.
 
-Mirrors the seed ``section_worker.cc``: the stage program's ops are sorted by
+Mirrors Paddle's ``paddle/fluid/framework/section_worker.cc``: the stage program's ops are sorted by
 ``op_role`` into forward-and-LR ops (run for micro-batch 0), forward ops
 (later micro-batches), backward ops and optimizer ops; any other role is an
 error. Schedule mode 0 is F-then-B (every forward, then every backward, then
@@ -13,23 +13,29 @@ steps later, the rest after the update. Unlike Paddle, whose CPU worker
 never collects, collection follows ``FLAGS_eager_delete_tensor_gb`` on
 every place.
 """
-from refimpl import flags
+from typing import Any, List, Optional, Sequence, Tuple
+
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
-from refimpl.executor.plan_executor import PlanExecutor, split_feed
+from refimpl.core.place import Place
+from refimpl.core.scope import Scope
+from refimpl.executor.backend import default_place
+from refimpl.executor.garbage_collector import Memory, gc_threshold_bytes
+from refimpl.executor.plan_executor import fetch_stacked, split_feed
 from refimpl.executor.prepared import PreparedBlock
-from refimpl.framework.op_role import OpRole
+from refimpl.executor.trace import Trace
+from refimpl.framework.op_role import OpRole, is_forward
+from refimpl.framework.program import Program
 
 FTHENB, ONE_F_ONE_B = 0, 1
-_FWD = (OpRole.Forward, OpRole.Forward | OpRole.Loss)
 _BWD = (OpRole.Backward, OpRole.Backward | OpRole.Loss)
 
 
-def classify(program):
+def classify(program: Program) -> Tuple[List[int], List[int], List[int], List[int]]:
     """Op indices: (forward_and_lr, forward, backward, optimizer) as the worker sorts them."""
     fwd_lr, fwd, bwd, opt = [], [], [], []
     for i, op in enumerate(program.global_block().ops):
         role = op.role()
-        if role in _FWD or role == OpRole.LRSched:
+        if is_forward(role) or role == OpRole.LRSched:
             fwd_lr.append(i)
             if role != OpRole.LRSched:
                 fwd.append(i)
@@ -43,13 +49,13 @@ def classify(program):
 
 
 class SectionWorker:
-    def __init__(self, program, pipeline_stage, num_pipeline_stages, num_microbatches,
-                 schedule_mode=FTHENB, place=None, fetch_list=None):
+    def __init__(self, program: Program, pipeline_stage: int, num_pipeline_stages: int, num_microbatches: int,
+                 schedule_mode: int = FTHENB, place: Optional[Place] = None,
+                 fetch_list: Optional[Sequence[Any]] = None) -> None:
         if schedule_mode not in (FTHENB, ONE_F_ONE_B):
             raise InvalidArgument(f"SectionWorker: schedule_mode must be 0 (F-then-B) or 1 (1F1B), "
                                   f"got {schedule_mode!r}")
-        from refimpl.core.place import CPUPlace
-        self.program, self.place = program, place or CPUPlace()
+        self.program, self.place = program, place or default_place()
         self.stage, self.num_stages, self.num_microbatches = pipeline_stage, num_pipeline_stages, num_microbatches
         self.schedule_mode = schedule_mode
         self.forward_and_lr_ops, self.forward_ops, self.backward_ops, self.optimizer_ops = classify(program)
@@ -64,22 +70,20 @@ class SectionWorker:
                             f"{op.input_arg_names[0]}")
                     self.backward_send_vars.append(op.input_arg_names[0])
         self._blocks = None
-        self.trace, self.rank = None, pipeline_stage
+        self.trace: Optional[Trace] = None
+        self.rank = pipeline_stage
 
     def _prepare(self, scope):
-        gb = flags.flag("FLAGS_eager_delete_tensor_gb")
-        threshold = -1 if gb < 0 else int(gb * (1 << 30))
         if self._blocks is None or self._blocks[0] is not scope:
             micro = [scope.new_scope() for _ in range(self.num_microbatches)]
             skip = self.backward_send_vars + self.fetch_names
-            blocks = [PreparedBlock(self.program, 0, m, scope, self.place.backend, skip, threshold)
-                      for m in micro]
-            for b in blocks[1:]:
-                b.memory = blocks[0].memory
+            memory = Memory()  # one account for all micro-batches
+            blocks = [PreparedBlock(self.program, 0, m, scope, self.place.backend, skip, gc_threshold_bytes(),
+                                    memory=memory) for m in micro]
             self._blocks = (scope, micro, blocks)
         return self._blocks
 
-    def train(self, scope, feed=None, trace=None):
+    def train(self, scope: Scope, feed: Optional[dict] = None, trace: Optional[Trace] = None) -> list:
         """One mini-batch: split ``feed`` into micro-batches, run the schedule, return the fetches.
 
         Each fetched variable comes back stacked over the micro-batches.
@@ -91,9 +95,8 @@ class SectionWorker:
         self.trace, self._b = trace, blocks
         (self._run_fthenb if self.schedule_mode == FTHENB else self._run_1f1b)()
         for b in blocks:
-            if b.gc is not None:
-                b.gc.flush()
-        return [PlanExecutor._fetch(n, micro) for n in self.fetch_names]
+            b.flush()
+        return [fetch_stacked(n, micro) for n in self.fetch_names]
 
     def _forward(self, m):
         self._b[m].run_steps(self.forward_and_lr_ops if m == 0 else self.forward_ops, self.trace, self.rank,

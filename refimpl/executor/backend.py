@@ -1,28 +1,36 @@
 """Which backend runs the kernels, and the two host <-> device transfers.
 
 Mirrors the part of Paddle's ``Place`` / ``DeviceContext`` machinery the
-executor sees: ``CUDAPlace`` selects the "cuda" kernels, ``CPUPlace`` the
-process default backend, which is "numpy" unless ``REFIMPL_BACKEND`` or
-:func:`set_backend` says "cuda" (so one flag moves a whole program, its
-startup and its pipeline ranks to the GPU, as the issue asks). Feeds go in
+executor sees: the backend is a property of the place an executor runs on
+(``CPUPlace`` -> "numpy", ``CUDAPlace`` -> "cuda"). The process default,
+"numpy" unless ``REFIMPL_BACKEND`` or :func:`set_backend` says "cuda", is
+only what an executor without a place takes (:func:`default_place`, as
+Paddle's ``Executor()`` takes ``_current_expected_place()``), so one flag
+moves a script's plain ``Executor()``s, its pipeline ranks and the CLI to
+the GPU, while an executor given a place keeps it. Feeds go in
 through :func:`to_device` and fetches come out through :func:`to_host`;
 those are the only transfers a step makes. With the NumPy backend both are
 (nearly) free: ``to_device`` is the identity and ``to_host`` a copy, as
 before. The CUDA backend (the ``cuda_backend`` package) is imported the
 first time it is asked for, which registers its kernels.
 """
+from __future__ import annotations
+
 import os
+from typing import Any
 
 import numpy as np
 
+from refimpl.core import device as _core_device
 from refimpl.core.errors import InvalidArgument
-from refimpl.core.place import CPUPlace
+from refimpl.core.place import CPUPlace, CUDAPlace, Place
 
 BACKENDS = ("numpy", "cuda")
 _loaded = {"numpy": True}
+_default = {"backend": "numpy"}
 
 
-def ensure(backend):
+def ensure(backend: str) -> str:
     """Make ``backend``'s kernels available (imports ``cuda_backend`` once); returns ``backend``."""
     if backend not in _loaded:
         if backend != "cuda":
@@ -33,19 +41,25 @@ def ensure(backend):
     return backend
 
 
-def set_backend(name):
-    """Run programs on ``name`` ("numpy" or "cuda") wherever the place does not say otherwise."""
+def set_backend(name: str) -> None:
+    """Make ``name`` ("numpy" or "cuda") the backend of executors created without a place."""
     if name not in BACKENDS:
         raise InvalidArgument(f"unknown backend {name!r}; choose one of {list(BACKENDS)}")
     ensure(name)
-    CPUPlace.backend = name
+    _default["backend"] = name
 
 
-def get_backend():
-    return CPUPlace.backend
+def get_backend() -> str:
+    """The default backend (what ``set_backend`` / ``REFIMPL_BACKEND`` chose; "numpy" otherwise)."""
+    return _default["backend"]
 
 
-def collector_class(backend):
+def default_place() -> Place:
+    """The place of an executor created without one: ``CUDAPlace(0)`` when the default backend is cuda."""
+    return CUDAPlace(0) if _default["backend"] == "cuda" else CPUPlace()
+
+
+def collector_class(backend: str) -> type:
     """The garbage collector class for ``backend`` (the hook the executor selects it through).
 
     NumPy: the CPU ``GarbageCollector``. CUDA: the backend's own collector
@@ -60,20 +74,12 @@ def collector_class(backend):
     return cuda_collector_class()
 
 
-def to_device(array, backend):
-    """A fed host array as the backend's tensor value (the identity for NumPy)."""
-    if backend == "numpy":
-        return array
-    import cuda_backend
-    return cuda_backend.to_device(array)
+def to_device(array: Any, backend: str) -> Any:
+    """A fed host array as the backend's tensor value (``refimpl.core.device.to_device``, backend loaded first)."""
+    return _core_device.to_device(array, ensure(backend))
 
 
-def to_host(array):
-    """A fresh host copy of a tensor value (NumPy array or device array)."""
-    if isinstance(array, np.ndarray):
-        return array.copy()
-    copy_to_host = getattr(array, "copy_to_host", None)
-    return copy_to_host() if copy_to_host is not None else np.array(array, copy=True)
+to_host = _core_device.to_host  # a fresh host copy of a tensor value (NumPy array or device array)
 
 
 def _from_env():
@@ -81,7 +87,7 @@ def _from_env():
     if name and name != "numpy":
         if name not in BACKENDS:
             raise InvalidArgument(f"REFIMPL_BACKEND={name!r}: choose one of {list(BACKENDS)}")
-        CPUPlace.backend = name  # the kernels are loaded (and the device checked) on first use
+        _default["backend"] = name  # the kernels are loaded (and the device checked) on first use
 
 
 _from_env()

@@ -10,55 +10,68 @@ variables directly, and programs that already contain ``feed``/``fetch``
 ops are honoured); feed arrays are used without a copy (ops never write
 into their inputs). A run that fails midway puts back the arrays of the
 persistables it replaced (see ``PreparedProgram._persistable_outputs``).
+
+The path of one run, as a reader would follow it: ``Executor.run`` checks
+the feeds (:func:`check_feed`) and gets the cached :class:`PreparedProgram`,
+whose ``run`` binds the feeds and calls ``PreparedBlock.run``
+(``prepared.py``): a loop over each op's runner, which calls the op's kernel
+(``refimpl/ops``) and stores its outputs, followed by the garbage
+collector's ``release`` for the tensors that die after that op
+(``garbage_collector.py``, planned by ``gc_plan.py``).
 """
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
 import numpy as np
 
 from refimpl import flags
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound, PreconditionNotMet
-from refimpl.core.place import CPUPlace
-from refimpl.core.scope import global_scope
+from refimpl.core.place import Place
+from refimpl.core.scope import Scope, global_scope
 from refimpl.core.tensor import DenseTensor
+from refimpl.framework.operator import Operator
 from refimpl.framework.program import Program, default_main_program
+from refimpl.framework.variable import Variable
 from refimpl.ops.registry import get_op_def
 
-from .backend import to_device, to_host
+from .backend import default_place, to_device, to_host
+from .garbage_collector import gc_threshold_bytes
 from .gc_plan import no_need_buffer_inputs
 from .prepared import PreparedBlock
+from .trace import Trace
 
 
 def _name_of(v):
     return v if isinstance(v, str) else getattr(v, "name", None)
 
 
-def _gc_threshold():
-    gb = flags.flag("FLAGS_eager_delete_tensor_gb")
-    return -1 if gb < 0 else int(gb * (1 << 30))
-
-
-_IN_PLACE_KERNELS = ("refimpl.ops.optimizer_ops", "refimpl.ops.collective_ops")
-
-
-def _before(step, hook):
-    """A step whose runner calls ``hook()`` first (steps are (run, frees, i, op) tuples or runners)."""
-    if isinstance(step, tuple):
-        run = step[0]
-        return (lambda: (hook(), run()), ) + step[1:]
-    return lambda: (hook(), step())
-
-
-def _updates_in_place(op, backend):
-    """Whether ``op``'s kernel may write into an input array (optimizer and collective kernels do)."""
+def _updates_in_place(op: Operator, backend: str) -> bool:
+    """Whether ``op``'s kernel may write into an input array (declared by ``writes_inputs`` on the op;
+    the device backends' kernels may reuse any input buffer)."""
     try:
         opdef = get_op_def(op.type)
-        if opdef.prepare is not None:
-            return False
-        fn = opdef.kernel(backend)[0]
     except EnforceNotMet:
         return True  # unknown: assume the worst
-    return getattr(fn, "__module__", "").startswith(_IN_PLACE_KERNELS) or backend != "numpy"
+    return opdef.prepare is None and (opdef.writes_inputs or backend != "numpy")
 
 
-def check_feed(program, feed):
+def fetch_names(program: Program, fetch_list: Any) -> List[str]:
+    """The variable names of ``fetch_list`` (Variables or names), each checked to exist in ``program``."""
+    if fetch_list is None:
+        return []
+    if not isinstance(fetch_list, (list, tuple)):
+        fetch_list = [fetch_list]
+    names = []
+    for f in fetch_list:
+        name = _name_of(f)
+        if not isinstance(name, str):
+            raise InvalidArgument(f"fetch_list items must be Variables or names, got {type(f).__name__}")
+        if program.global_block()._find_var_recursive(name) is None:
+            raise NotFound(f"fetch {name!r} is not a variable of the program")
+        names.append(name)
+    return names
+
+
+def check_feed(program: Program, feed: Optional[Dict[str, Any]]) -> Dict[str, np.ndarray]:
     """Validate ``feed`` against ``program``; return {name: ndarray}."""
     if feed is None:
         return {}
@@ -89,22 +102,30 @@ def check_feed(program, feed):
 
 
 class PreparedProgram:
-    """Block 0 of a program prepared for one scope, feed set and fetch list."""
+    """Block 0 of a program prepared for one scope, feed set and fetch list.
 
-    def __init__(self, program, scope, feed_names, fetch_names, backend, gc_threshold):
+    ``reader_device`` is which device's batches the program's ``read`` ops
+    take (``CompiledProgram`` gives each place its own).
+    """
+
+    def __init__(self, program: Program, scope: Scope, feed_names: Sequence[str], fetch_names: Sequence[str],
+                 backend: str, gc_threshold: int, reader_device: int = 0) -> None:
         self.program = program
         self.local_scope = scope.new_scope()
-        self.run_ctx = {}
+        self.run_ctx = {"reader_device": reader_device}
         self.block = PreparedBlock(program, 0, self.local_scope, scope, backend, fetch_names,
-                                   gc_threshold, run_ctx=self.run_ctx)
+                                   gc_threshold, run_ctx=self.run_ctx, prologue=self._in_place_guard)
         self.feed_tensors = [(n, self.block.tensor(n)) for n in feed_names]
         self.fetch_tensors = [(n, self.block.tensor(n)) for n in fetch_names]
         self._check_inputs(set(feed_names))
         self._check_persistable_shapes()
         self.journal = self._persistable_outputs()
-        self._guard_in_place_updates()
 
-    def _guard_in_place_updates(self):
+    def set_value(self, name: str, value: np.ndarray) -> None:
+        """Set variable ``name`` as this prepared program sees it (e.g. the learning rate before a run)."""
+        self.block.tensor(name).set(value)
+
+    def _in_place_guard(self, block: PreparedBlock) -> Dict[int, Callable[[], None]]:
         """Check every in-place persistable update of a run before the first one writes.
 
         Optimizer kernels update parameters and accumulators in place; undoing
@@ -115,63 +136,73 @@ class PreparedProgram:
         value. (A failure no check foresees, such as running out of memory,
         can still leave earlier updates applied.)
         """
-        ops = self.program.global_block().ops
+        gblock = self.program.global_block()
         checks, first = [], None
-        for i, op in enumerate(ops):
+        for i, op in enumerate(gblock.ops):
             if get_op_def(op.type).check is None:  # only optimizer updates declare what they require
                 continue
-            gblock = self.program.global_block()
-            if not any(n in op.input_arg_names and gblock.vars.get(n) is not None and gblock.vars[n].persistable
+            ins = set(op.input_arg_names)
+            if not any(n in ins and gblock.vars.get(n) is not None and gblock.vars[n].persistable
                        for n in op.output_arg_names):
                 continue
             first = i if first is None else first
-            checks.append(self._op_check(i, op))
+            checks.append(self._update_requirements(block, i, op))
         if first is None:
-            return
+            return {}
+
+        # one flat pass over the tensors of all updates (the learning rate they share is checked once);
+        # on a failure, each update explains itself in op order and the first that fails raises
+        required = tuple(dict.fromkeys(t for c in checks for t in c[0]))
+        shaped = tuple((c[1][0], c[1][1:]) for c in checks if c[1])
+        ones = tuple(dict.fromkeys(t for c in checks for t in c[2]))
+
+        def explain_all():
+            for c in checks:
+                c[3]()
+            raise PreconditionNotMet("an optimizer update's inputs failed their check; none was applied")
 
         def check_all():
-            for check in checks:
-                check()
-        for steps in (self.block.steps, self.block.fused):
-            if steps is not None:
-                steps[first] = _before(steps[first], check_all)
+            for t in required:
+                if t._array is None:
+                    explain_all()
+            for head, rest in shaped:
+                shape = head._array.shape
+                for t in rest:
+                    a = t._array
+                    if a is None or a.shape != shape:
+                        explain_all()
+            for t in ones:
+                if t._array.size != 1:
+                    explain_all()
+        return {first: check_all}
 
-    def _op_check(self, i, op):
-        """A cheap check of one in-place update's inputs; the slow path explains a failure."""
+    def _update_requirements(self, block, i, op):
+        """What one in-place update needs of its inputs: (tensors that must hold a value, tensors of one
+        shape, tensors of one value, the slow path that explains a failure)."""
         opdef = get_op_def(op.type)
         spec = opdef.check or {}
         dispensable = {s.name for s in opdef.inputs if s.dispensable}
         names = {s: ns[0] for s, ns in op.inputs.items() if ns}
-        required = tuple(self.block.tensor(n) for s, n in names.items() if s not in dispensable)
-        shaped = tuple(self.block.tensor(names[s]) for s in spec.get("same_shape", ()) if s in names)
-        ones = tuple(self.block.tensor(names[s]) for s in spec.get("one_value", ()) if s in names)
+        required = tuple(block.tensor(n) for s, n in names.items() if s not in dispensable)
+        shaped = tuple(block.tensor(names[s]) for s in spec.get("same_shape", ()) if s in names)
+        ones = tuple(block.tensor(names[s]) for s in spec.get("one_value", ()) if s in names)
         where = f"block 0 op {i} ({op.type})"
 
         def explain():
+            """Raise the error this update's inputs call for (nothing when they are fine)."""
             for s, n in names.items():
-                if s not in dispensable and self.block.tensor(n)._array is None:
+                if s not in dispensable and block.tensor(n)._array is None:
                     raise PreconditionNotMet(f"{where}: input {n!r} holds no value; no optimizer update "
                                              f"of this run was applied")
-            shapes = {s: list(self.block.tensor(names[s])._array.shape) for s in spec.get("same_shape", ())
-                      if s in names and self.block.tensor(names[s])._array is not None}
-            raise InvalidArgument(f"{where}: Param, Grad and accumulator shapes differ ({shapes}) or a "
-                                  f"{list(spec.get('one_value', ()))} input holds more than one value; no "
-                                  f"optimizer update of this run was applied")
-
-        def check():
-            for t in required:
-                if t._array is None:
-                    explain()
-            if shaped:
-                shape = shaped[0]._array.shape
-                for t in shaped:
-                    a = t._array
-                    if a is None or a.shape != shape:
-                        explain()
-            for t in ones:
-                if t._array.size != 1:
-                    explain()
-        return check
+            arrays = [t._array for t in shaped]
+            shapes = {s: list(block.tensor(names[s])._array.shape) for s in spec.get("same_shape", ())
+                      if s in names and block.tensor(names[s])._array is not None}
+            if (any(a is None for a in arrays) or len({tuple(v) for v in shapes.values()}) > 1
+                    or any(t._array.size != 1 for t in ones)):
+                raise InvalidArgument(f"{where}: Param, Grad and accumulator shapes differ ({shapes}) or a "
+                                      f"{list(spec.get('one_value', ()))} input holds more than one value; no "
+                                      f"optimizer update of this run was applied")
+        return required, shaped, ones, explain
 
     def _persistable_outputs(self):
         """The tensors of persistables some op writes, as (out of place, in place).
@@ -207,6 +238,7 @@ class PreparedProgram:
     def _check_inputs(self, fed):
         """Every op input must be fed, produced by an earlier op, or held by the scope."""
         block = self.program.global_block()
+        last_write = {n: i for i, op in enumerate(block.ops) for n in op.output_arg_names}
         available = set(fed)
         for i, op in enumerate(block.ops):
             for name in op.input_arg_names:
@@ -218,7 +250,7 @@ class PreparedProgram:
                     raise NotFound(f"{where} reads {name!r}, which is not a variable of the program")
                 if var.is_data:
                     raise InvalidArgument(f"feed {name!r} is missing: {where} reads it")
-                if name in no_need_buffer_inputs(op) and name in self._written_later(i):
+                if name in no_need_buffer_inputs(op) and last_write.get(name, -1) >= i:
                     continue
                 raise PreconditionNotMet(f"{where} reads {name!r}, which no earlier op produces and the "
                                          f"scope does not hold (did you run the startup program?)")
@@ -236,10 +268,8 @@ class PreparedProgram:
                 raise InvalidArgument(f"{kind} {name!r} holds a value of shape {list(got)} but the program "
                                       f"declares {list(var.shape)}")
 
-    def _written_later(self, i):
-        return {n for op in self.program.global_block().ops[i:] for n in op.output_arg_names}
-
-    def run(self, feed, trace=None):
+    def run(self, feed: Dict[str, np.ndarray], trace: Optional[Trace] = None) -> list:
+        """Run once on ``feed``; return the fetched values as the backend holds them."""
         mem = self.block.memory
         backend = self.block.backend
         for name, t in self.feed_tensors:
@@ -261,16 +291,22 @@ class PreparedProgram:
 
 
 class Executor:
-    """Runs programs on one place (CPU: the NumPy kernels)."""
+    """Runs programs on one place: ``CPUPlace`` the NumPy kernels, ``CUDAPlace`` the CUDA ones.
 
-    def __init__(self, place=None):
-        self.place = place if place is not None else CPUPlace()
+    Without a place, the default backend's (``refimpl.set_backend`` / ``REFIMPL_BACKEND``; NumPy
+    unless set), as Paddle's ``Executor()`` takes the expected place.
+    """
+
+    def __init__(self, place: Optional[Place] = None) -> None:
+        self.place = place if place is not None else default_place()
         self._cache = {}
         self._last = None
 
-    def run(self, program=None, feed=None, fetch_list=None, feed_var_name="feed",
-            fetch_var_name="fetch", scope=None, return_numpy=True, use_program_cache=True,
-            trace=None, return_merged=True):
+    def run(self, program: Any = None, feed: Optional[Dict[str, Any]] = None,
+            fetch_list: Optional[Sequence[Union[Variable, str]]] = None, feed_var_name: str = "feed",
+            fetch_var_name: str = "fetch", scope: Optional[Scope] = None, return_numpy: bool = True,
+            use_program_cache: bool = True, trace: Optional[Trace] = None, return_merged: bool = True) -> list:
+        """Run ``program`` (default: the default main program) once; return the fetched values."""
         if program is None:
             program = default_main_program()
         if hasattr(program, "_run_with_executor"):  # CompiledProgram and friends
@@ -283,52 +319,40 @@ class Executor:
         if pipeline is not None:  # fleet turned this program into this rank's pipeline Plan
             return pipeline.run(self, feed, fetch_list, scope, return_numpy, trace)
         feed = check_feed(program, feed)
-        fetch_names = self._fetch_names(program, fetch_list)
-        prepared = self._prepared(program, scope, tuple(feed), tuple(fetch_names), use_program_cache)
+        names = fetch_names(program, fetch_list)
+        prepared = self._prepared(program, scope, tuple(feed), tuple(names), use_program_cache)
         self._last = prepared
         scheduler = getattr(program, "lr_scheduler", None)
         if scheduler is not None:  # as Paddle: the scheduler's current value goes in before each run
             scope.var(program.lr_var.name).get_tensor().set(np.array(scheduler(), dtype="float32"))
-        values = prepared.run(feed, trace)
-        if return_numpy:
-            return [to_host(v) for v in values]
-        return [DenseTensor(to_host(v), self.place) for v in values]
-
-    @staticmethod
-    def _fetch_names(program, fetch_list):
-        if fetch_list is None:
-            return []
-        if not isinstance(fetch_list, (list, tuple)):
-            fetch_list = [fetch_list]
-        names = []
-        for f in fetch_list:
-            name = _name_of(f)
-            if not isinstance(name, str):
-                raise InvalidArgument(f"fetch_list items must be Variables or names, got {type(f).__name__}")
-            if program.global_block()._find_var_recursive(name) is None:
-                raise NotFound(f"fetch {name!r} is not a variable of the program")
-            names.append(name)
-        return names
+        return host_results(prepared.run(feed, trace), return_numpy, self.place)
 
     def _prepared(self, program, scope, feed_names, fetch_names, use_cache):
         backend = self.place.backend
-        key = (id(program), id(scope), feed_names, fetch_names, _gc_threshold(), backend,
+        threshold = gc_threshold_bytes()
+        key = (id(program), id(scope), feed_names, fetch_names, threshold, backend,
                flags.flag("FLAGS_fast_eager_deletion_mode"))
         hit = self._cache.get(key)
         if hit is not None and hit[0] is program and hit[1] == program._version and hit[2] is scope:
             return hit[3]
-        prepared = PreparedProgram(program, scope, feed_names, fetch_names, backend, _gc_threshold())
+        prepared = PreparedProgram(program, scope, feed_names, fetch_names, backend, threshold)
         if use_cache:
             self._cache[key] = (program, program._version, scope, prepared)
         return prepared
 
-    def memory_stats(self):
+    def memory_stats(self) -> Dict[str, int]:
         """{"live_bytes", "peak_bytes"} of the last run (bytes held by its variables)."""
         if self._last is None:
             return {"live_bytes": 0, "peak_bytes": 0}
         mem = self._last.block.memory
         return {"live_bytes": mem.live, "peak_bytes": mem.peak}
 
-    def close(self):
+    def close(self) -> None:
         self._cache.clear()
 
+
+def host_results(values: Sequence, return_numpy: bool, place: Place) -> list:
+    """Fetched values as the user gets them: fresh host arrays, or DenseTensors holding them."""
+    if return_numpy:
+        return [to_host(v) for v in values]
+    return [DenseTensor(to_host(v), place) for v in values]

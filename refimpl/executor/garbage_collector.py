@@ -1,27 +1,52 @@
 """Memory accounting and the garbage collector that frees dead tensors.
 
-Mirrors Paddle's ``GarbageCollector`` family under eager deletion. The
-collector gets, after each op, the tensors the plan says are dead:
+Mirrors Paddle's ``GarbageCollector`` family under eager deletion
+(``paddle/fluid/framework/garbage_collector.h``). After each op the run loop
+hands the collector the tensors the plan says are dead
+(``gc_plan.eager_deletion_vars``); :func:`gc_threshold_bytes` turns
+``FLAGS_eager_delete_tensor_gb`` into the collector's setting:
 
-* ``FLAGS_eager_delete_tensor_gb < 0``: no collector at all (nothing freed);
+* ``< 0``: no collector at all (nothing freed);
 * ``== 0``: they are freed at once;
 * ``> 0``: they are queued, and the whole queue is freed as soon as the
   queued bytes reach the threshold (and at the end of a run).
+
+Freeing a tensor means: count its bytes off :class:`Memory`, drop its array
+(a tensor some later op reads as no-need-buffer keeps its shape and dtype),
+tell the trace, and give the array to :meth:`GarbageCollector._retire`, which
+is where device collectors (``cuda_backend.garbage_collector``) decide when
+the memory really goes back. :meth:`GarbageCollector.releaser` hands the run
+loop the one call it makes after an op; for the CPU collector freeing at once
+that call is a tight loop (the fast path), kept here beside the general one.
 
 ``Memory`` counts the bytes held by the variables a run touches, per
 variable (two variables that share a buffer count twice, as a per-variable
 estimate does); ``peak`` is the high-water mark of a run.
 """
+from typing import Callable, Iterable, Optional, Sequence, Tuple
+
+from refimpl import flags
+from refimpl.core.tensor import DenseTensor
+
+Dead = Sequence[Tuple[str, DenseTensor]]  # (name, tensor) pairs the plan frees after one op
+
+
+def gc_threshold_bytes() -> int:
+    """``FLAGS_eager_delete_tensor_gb`` as a collector threshold: -1 (no GC), 0 (at once) or bytes."""
+    gb = flags.flag("FLAGS_eager_delete_tensor_gb")
+    return -1 if gb < 0 else int(gb * (1 << 30))
 
 
 class Memory:
+    """Live and peak bytes of the variables a run touches."""
+
     __slots__ = ("live", "peak")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.live = 0
         self.peak = 0
 
-    def reset(self, live):
+    def reset(self, live: int) -> None:
         self.live = self.peak = live
 
 
@@ -32,16 +57,51 @@ class GarbageCollector:
     only those keep their shape and dtype when freed.
     """
 
-    def __init__(self, memory, threshold_bytes=0, keep_meta=()):
+    # whether the run loop may fold the frees into the op's own call (see ``releaser``); a device
+    # collector that must see every free says False
+    FUSABLE = True
+
+    def __init__(self, memory: Memory, threshold_bytes: int = 0, keep_meta: Iterable[str] = ()) -> None:
         self.memory = memory
         self.threshold = threshold_bytes
         self.keep_meta = set(keep_meta)
-        self.pending = []
+        self.pending: list = []
         self.pending_bytes = 0
-        self.on_free = None  # callback(name, nbytes), set while tracing
+        self.on_free: Optional[Callable[[str, int], None]] = None  # callback(name, nbytes), set while tracing
 
-    def add(self, tensors):
-        """``tensors``: list of (name, DenseTensor) that are dead now."""
+    # ---- what the run loop calls ------------------------------------------------------------
+    def releaser(self, dead: Dead) -> Optional[Callable[[], None]]:
+        """The call that releases ``dead`` right after its op ran (None when there is nothing to free).
+
+        Freeing at once on the CPU, it is the fast path: a loop over the pre-split tensors, no trace
+        callback, nothing retired (dropping the last reference frees a NumPy array). Otherwise it
+        goes through :meth:`add`, which queues or frees and retires.
+        """
+        if not dead:
+            return None
+        if self.threshold > 0 or not self.FUSABLE:
+            return lambda: self.add(dead)
+        mem = self.memory
+        plain = tuple(t for n, t in dead if n not in self.keep_meta)
+        meta = tuple(t for n, t in dead if n in self.keep_meta)
+
+        def release() -> None:
+            live = mem.live
+            for t in plain:
+                a = t._array
+                if a is not None:
+                    live -= a.nbytes
+                    t._array = None
+            for t in meta:
+                a = t._array
+                if a is not None:
+                    live -= a.nbytes
+                    t._clear()  # keeps shape and dtype: a later op reads them as no-need-buffer
+            mem.live = live
+        return release
+
+    def add(self, tensors: Dead) -> None:
+        """``tensors``: (name, DenseTensor) pairs that are dead now."""
         if self.threshold <= 0:
             self.free(tensors)
             return
@@ -53,12 +113,13 @@ class GarbageCollector:
         if self.pending_bytes >= self.threshold:
             self.flush()
 
-    def flush(self):
+    def flush(self) -> None:
+        """Free everything queued (the end of a run, or the threshold reached)."""
         if self.pending:
             items, self.pending, self.pending_bytes = self.pending, [], 0
             self.free(items)
 
-    def free(self, tensors):
+    def free(self, tensors: Dead) -> None:
         """Detach dead tensors (accounting, trace callback) and hand their arrays to ``_retire``."""
         mem, keep, on_free = self.memory, self.keep_meta, self.on_free
         live = mem.live
@@ -79,6 +140,6 @@ class GarbageCollector:
         if retired:
             self._retire(retired)
 
-    def _retire(self, arrays):
+    def _retire(self, arrays: list) -> None:
         """Give the memory back. On the CPU dropping the last reference does it; device
         collectors (``cuda_backend.garbage_collector``) decide when."""

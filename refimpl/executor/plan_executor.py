@@ -9,21 +9,24 @@ later job reads) and the fetch targets. Each (job type, micro-batch) is
 prepared once and cached. Fetched values come back stacked per micro-batch.
 """
 import time
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from refimpl import flags
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
-from refimpl.core.scope import global_scope
+from refimpl.core.place import Place
+from refimpl.core.scope import Scope, global_scope
 
-from .backend import to_device, to_host
+from .backend import default_place, to_device, to_host
 from .executor import _name_of, check_feed
-from .garbage_collector import Memory
+from .garbage_collector import Memory, gc_threshold_bytes
 from .gc_plan import no_need_buffer_inputs
+from .plan import Plan
 from .prepared import PreparedBlock
+from .trace import Trace
 
 
-def split_feed(feed, num_micro_batches):
+def split_feed(feed: Optional[dict], num_micro_batches: int) -> List[Dict[str, np.ndarray]]:
     """Split every full-batch feed array along dim 0 into equal micro-batches."""
     parts = {}
     for name, value in (feed or {}).items():
@@ -38,9 +41,8 @@ def split_feed(feed, num_micro_batches):
 class PlanExecutor:
     """Runs one rank's Plan; create one per rank (it caches prepared jobs)."""
 
-    def __init__(self, place=None, rank=None):
-        from refimpl.core.place import CPUPlace
-        self.place = place if place is not None else CPUPlace()
+    def __init__(self, place: Optional[Place] = None, rank: Optional[int] = None) -> None:
+        self.place = place if place is not None else default_place()
         self.rank = rank
         self.memory = Memory()
         self._cache = {}
@@ -53,8 +55,7 @@ class PlanExecutor:
         return scopes
 
     def _prepared(self, plan, job, scopes, scope, fetch_names):
-        gb = flags.flag("FLAGS_eager_delete_tensor_gb")
-        threshold = -1 if gb < 0 else int(gb * (1 << 30))
+        threshold = gc_threshold_bytes()
         skip = tuple(job.skip_gc_vars()) + tuple(fetch_names)
         key = (id(plan), job.type(), job.micro_batch_id(), skip, threshold)
         hit = self._cache.get(key)
@@ -67,7 +68,9 @@ class PlanExecutor:
             hit = self._cache[key] = (program, program._version, block)
         return hit[2]
 
-    def run(self, plan, feed=None, fetch_list=None, scope=None, trace=None, timings=None):
+    def run(self, plan: Plan, feed: Optional[dict] = None, fetch_list: Optional[Sequence[Any]] = None,
+            scope: Optional[Scope] = None, trace: Optional[Trace] = None,
+            timings: Optional[Dict[str, float]] = None) -> List[np.ndarray]:
         """Run every job of ``plan`` once; return the fetched vars, stacked per micro-batch.
 
         ``timings``, a dict, gets the wall seconds spent in each job type added to it.
@@ -90,21 +93,22 @@ class PlanExecutor:
                 timings[job.type()] = timings.get(job.type(), 0.0) + time.perf_counter() - t0
             if trace is not None:
                 trace.add("job", op_type=job.type(), rank=self.rank, job=job.micro_batch_id(), extra="end")
-        return [self._fetch(name, scopes) for name in fetch_names]
+        return [fetch_stacked(name, scopes) for name in fetch_names]
 
-    @staticmethod
-    def _fetch(name, scopes):
-        vals = []
-        for m, s in enumerate(scopes):
-            v = s.find_var(name)
-            if v is None or v.get_tensor()._array is None:
-                raise PreconditionNotMet(f"fetch {name!r}: micro-batch {m} holds no value after the plan ran "
-                                         f"(is it computed on this rank's stage?)")
-            vals.append(to_host(v.get_tensor()._array))
-        return np.stack(vals)
-
-    def memory_stats(self):
+    def memory_stats(self) -> Dict[str, int]:
         return {"live_bytes": self.memory.live, "peak_bytes": self.memory.peak}
+
+
+def fetch_stacked(name: str, scopes: Sequence[Scope]) -> np.ndarray:
+    """The value of ``name`` in every micro-batch scope, stacked (host copies)."""
+    vals = []
+    for m, s in enumerate(scopes):
+        v = s.find_var(name)
+        if v is None or v.get_tensor()._array is None:
+            raise PreconditionNotMet(f"fetch {name!r}: micro-batch {m} holds no value after the plan ran "
+                                     f"(is it computed on this rank's stage?)")
+        vals.append(to_host(v.get_tensor()._array))
+    return np.stack(vals)
 
 
 def _checked_feed(plan, feed):

@@ -1,133 +1,93 @@
 """PreparedBlock: a block turned into a list of ready-to-call steps.
 
-Mirrors Paddle's ``ExecutorPrepareContext`` (``Executor::Prepare``): done
-once per (program, scope), it resolves every op's kernel, the scope
-variables it reads and writes, its attrs, and the tensors to free after it
-(from ``gc_plan.eager_deletion_vars``). Running the block is then a loop of
-plain calls. Control-flow ops (``conditional_block``) and ``feed``/``fetch``
-provide a ``prepare(ctx, op)`` hook instead of a kernel and get this object
-as ``ctx``. Only the kernels depend on the backend.
+Mirrors Paddle's ``ExecutorPrepareContext`` (``Executor::Prepare`` in
+``paddle/fluid/framework/executor.cc``): done once per (program, scope), it
+resolves every op's kernel, the scope variables it reads and writes, its
+attrs, and the tensors to free after it (from
+``gc_plan.block_eager_deletion_vars``). Running the block is then a loop of plain
+calls: each :class:`Step` holds the op's runner (read inputs, call the
+kernel, write outputs, count the bytes; ``op_runner.py``) and the
+collector's ``release`` call for the tensors that die after it. Control-flow and communication ops
+(``conditional_block``, ``feed``, ``c_allreduce_sum`` ...) provide a
+``prepare(ctx, op)`` hook instead of a kernel and get this object as ``ctx``.
+Only the kernels depend on the backend.
+
+A failing op is named: a Paddle-typed error (``EnforceNotMet`` and its
+kinds) gets ``block B op I (type)`` in front of its message; NumPy's
+``ValueError`` (inputs that do not fit together) becomes ``InvalidArgument``
+chained to it; any other exception (a kernel bug, ``MemoryError``) keeps its
+type and gets a note with the op's location and its inputs' shapes.
 """
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence
+
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
+from refimpl.core.scope import Scope
+from refimpl.core.tensor import DenseTensor
+from refimpl.framework.operator import Operator
+from refimpl.framework.program import Program
 from refimpl.ops.registry import get_op_def
 
-from refimpl.core.tensor import DenseTensor, TensorMeta
-
-from .backend import collector_class as _collector_class
-from .backend import ensure as _ensure_backend
-from .garbage_collector import GarbageCollector, Memory
-from .gc_plan import eager_deletion_vars, no_need_buffer_inputs
-
-
-def _read_plain(t):
-    return lambda: t._array
+from . import op_runner
+from .backend import collector_class, ensure
+from .garbage_collector import Memory
+from .gc_plan import block_eager_deletion_vars, no_need_buffer_inputs
+from .trace import Trace
 
 
-def _read_nnb(t):
-    return lambda: t._array if t._array is not None else t._meta
+class Step(NamedTuple):
+    """One op of a prepared block."""
 
-
-def _read_list(ts):
-    return lambda: [t._array for t in ts]
-
-
-def _read_list_nnb(ts):
-    return lambda: [t._array if t._array is not None else t._meta for t in ts]
-
-
-_NO_TENSOR = DenseTensor()  # stands for an empty optional slot: its _array is always None
-
-
-def _free(mem, plain, meta):
-    live = mem.live
-    for t in plain:
-        a = t._array
-        if a is not None:
-            live -= a.nbytes
-            t._array = None
-    for t in meta:
-        a = t._array
-        if a is not None:
-            live -= a.nbytes
-            t._clear()
-    mem.live = live
-
-
-def _runner(fn, ins, simple, outs, kw, single, mem, plain, meta):
-    """The closure the run loop calls for one op (see the module docstring)."""
-    out_list = tuple((o, isinstance(o, list)) for o in outs)
-    ins = tuple(ins)
-
-    def run():
-        if simple:
-            res = fn(*[t._array for t in ins], **kw)
-        else:
-            res = fn(*[r() for r in ins], **kw)
-        if single:
-            res = (res,)
-        live = mem.live
-        for (o, many), r in zip(out_list, res):
-            if o is None or r is None:
-                continue
-            for t, a in (zip(o, r) if many else ((o, r),)):
-                old = t._array
-                t._array = a
-                live += a.nbytes - (old.nbytes if old is not None else 0)
-        if live > mem.peak:
-            mem.peak = live
-        if plain:
-            try:  # the common case: every dead tensor holds a value
-                for t in plain:
-                    live -= t._array.nbytes
-                    t._array = None
-            except AttributeError:  # some held nothing (e.g. written in a branch not taken)
-                mem.live = live
-                _free(mem, plain, ())
-                live = mem.live
-        for t in meta:  # read later as no-need-buffer: keep shape and dtype
-            a = t._array
-            if a is not None:
-                live -= a.nbytes
-                m = t._meta
-                if m is None or m.shape != a.shape or m.dtype is not a.dtype:
-                    t._meta = TensorMeta(a.shape, a.dtype)
-                t._array = None
-        mem.live = live
-    return run
+    run: Callable[[], None]                  # the op: inputs -> kernel -> outputs (raises a located error)
+    release: Optional[Callable[[], None]]    # frees the tensors dead after it (None: nothing to free)
+    op_index: int                            # the op's index in its block
+    op: Operator
+    dead: tuple                              # (name, DenseTensor) pairs the plan frees after it
 
 
 class PreparedBlock:
-    def __init__(self, program, block_idx, scope, persist_scope, backend="numpy", skip_vars=(),
-                 gc_threshold=0, memory=None, run_ctx=None, keep_meta=()):
+    """One block of a program, prepared for one scope: a list of :class:`Step`.
+
+    ``prologue``, if given, is called once the block can resolve variables
+    (``tensor(name)``) and returns {op index: hook}: each hook runs just
+    before that op (the executor checks in-place updates that way).
+    """
+
+    def __init__(self, program: Program, block_idx: int, scope: Scope, persist_scope: Scope,
+                 backend: str = "numpy", skip_vars: Iterable[str] = (), gc_threshold: int = 0,
+                 memory: Optional[Memory] = None, run_ctx: Optional[dict] = None,
+                 keep_meta: Iterable[str] = (),
+                 prologue: Optional[Callable[["PreparedBlock"], Mapping[int, Callable[[], None]]]] = None):
         self.program = program
         self.block = program.block(block_idx)
         self.scope = scope                  # where this block's temporaries live
         self.persist_scope = persist_scope  # where missing persistables are created
-        self.backend = _ensure_backend(backend)
+        self.backend = ensure(backend)
         self.memory = memory or Memory()
-        self.run_ctx = run_ctx if run_ctx is not None else {}  # feed/fetch lists etc.
-        self.tensors = {}  # name -> DenseTensor, every var this block touches
-        plan = eager_deletion_vars(program, skip_vars)[block_idx] if gc_threshold >= 0 else None
+        self.run_ctx = run_ctx if run_ctx is not None else {}  # feed/fetch lists, trace, reader device
+        self.tensors: Dict[str, DenseTensor] = {}  # name -> DenseTensor, every var this block touches
         self.gc_threshold = gc_threshold
+        plan = block_eager_deletion_vars(self.block, skip_vars) if gc_threshold >= 0 else None
         # vars some op reads as no-need-buffer keep their shape when freed (``keep_meta``
         # adds those that ops of other programs read, e.g. later jobs of a plan)
         self.keep_meta = {n for op in self.block.ops for n in no_need_buffer_inputs(op)} | set(keep_meta)
         # the backend picks the collector class (CPU: GarbageCollector; cuda: a GPU collector
         # that differs only in when device memory is released, see cuda_backend.garbage_collector)
-        gc_cls = GarbageCollector if self.backend == "numpy" else _collector_class(self.backend)
-        self.gc = gc_cls(self.memory, gc_threshold, self.keep_meta) if plan is not None else None
-        self.steps = []
+        self.gc = (collector_class(self.backend)(self.memory, gc_threshold, self.keep_meta)
+                   if plan is not None else None)
+        hooks = prologue(self) if prologue is not None else {}
+        self.steps: List[Step] = []
         for i, op in enumerate(self.block.ops):
-            frees = [(n, self.tensor(n)) for n in plan[i]] if plan else []
-            self.steps.append((self._prepare_op(i, op), frees, i, op))
-        # with GC "free at once", each op's frees are fused into its runner (CPU collector only:
-        # a GPU collector must see every free to decide when the device memory goes back)
-        self.fused = None
-        if self.gc is not None and gc_threshold <= 0 and getattr(gc_cls, "FUSABLE", True):
-            self.fused = [self._prepare_op(i, op, frees) for _, frees, i, op in self.steps]
+            dead = tuple((n, self.tensor(n)) for n in plan[i]) if plan else ()
+            run = self._prepare_op(i, op)
+            if i in hooks:
+                run = op_runner.before(hooks[i], run)
+            release = self.gc.releaser(dead) if self.gc is not None else None
+            self.steps.append(Step(run, release, i, op, dead))
+        # the plain run loop: every op's runner, each followed by its release call if it has one
+        self._calls = [f for s in self.steps for f in ((s.run, s.release) if s.release else (s.run,))]
 
     # ---- scope resolution --------------------------------------------------
-    def tensor(self, name):
+    def tensor(self, name: str) -> DenseTensor:
         """The DenseTensor behind ``name`` for this block (looked up once).
 
         Non-persistable vars declared in this block live in this block's
@@ -149,35 +109,37 @@ class PreparedBlock:
         return t
 
     # ---- ops ------------------------------------------------------------
-    def _prepare_op(self, i, op, frees=()):
-        """One op as a closure: read inputs, call the kernel, write outputs, free dead tensors."""
+    def _prepare_op(self, i: int, op: Operator) -> Callable[[], None]:
+        """One op as a closure: read inputs, call the kernel, write outputs (see ``_kernel_runner``)."""
         try:
             opdef = get_op_def(op.type)
         except NotFound:
             raise NotFound(f"block {self.block.idx} op {i}: operator {op.type!r} is not registered") from None
+
+        def fail(exc):
+            self._raise_op_error(i, op, exc)
         if opdef.prepare is not None:
-            return self._fuse(opdef.prepare(self, op), frees)
+            return op_runner.guarded(opdef.prepare(self, op), fail)
         fn, attr_names, wants_need = opdef.kernel(self.backend)
         attrs = op.all_attrs()
         kw = {a: attrs[a] if a in attrs else opdef.attrs[a] for a in attr_names}
         nnb = no_need_buffer_inputs(op)
-        ins, simple = [], True
+        ins: List[Any] = []
+        plain = True
         for slot in opdef.inputs:
             names = op.inputs.get(slot.name) or []
             if slot.duplicable:
-                read = _read_list_nnb if any(n in nnb for n in names) else _read_list
-                ins.append(read([self.tensor(n) for n in names]))
-                simple = False
-            elif not names:
-                ins.append(_NO_TENSOR)
-            elif names[0] in nnb:
-                ins.append(_read_nnb(self.tensor(names[0])))
-                simple = False
-            else:
+                ins.append([self.tensor(n) for n in names])
+                plain = False
+            elif names:
                 ins.append(self.tensor(names[0]))
-        if not simple:
-            ins = [r if callable(r) else _read_plain(r) for r in ins]
-        outs = []
+                plain = plain and names[0] not in nnb
+            else:
+                ins.append(op_runner.NO_TENSOR)
+        readers = None if plain else [
+            op_runner.reader(t, any(n in nnb for n in (op.inputs.get(s.name) or [])))
+            for t, s in zip(ins, opdef.inputs)]
+        outs: List[Any] = []
         for slot in opdef.outputs:
             names = op.outputs.get(slot.name) or []
             if slot.duplicable:
@@ -186,115 +148,113 @@ class PreparedBlock:
                 outs.append(self.tensor(names[0]) if names else None)
         if wants_need:
             kw["need"] = tuple(o is not None for o in outs)
-        plain = tuple(t for n, t in frees if n not in self.keep_meta)
-        meta = tuple(t for n, t in frees if n in self.keep_meta)
-        return _runner(fn, ins, simple, outs, kw, len(opdef.outputs) == 1, self.memory, plain, meta)
+        write = op_runner.writer(outs, len(opdef.outputs) == 1, self.memory)
+        return op_runner.kernel_runner(fn, ins, readers, kw, write, fail)
 
-    def _fuse(self, run, frees):
-        """Wrap a prepared control-flow runner with its frees."""
-        if not frees:
-            return run
-        plain = tuple(t for n, t in frees if n not in self.keep_meta)
-        meta = tuple(t for n, t in frees if n in self.keep_meta)
-        mem = self.memory
-
-        def run_and_free():
-            run()
-            _free(mem, plain, meta)
-        return run_and_free
-
-    # ---- running --------------------------------------------------------
-    def live_bytes(self):
-        return sum(t._array.nbytes for t in self.tensors.values() if t._array is not None)
-
-    def run(self, trace=None, rank=None, job=None):
-        """Run every op once; free dead tensors as the plan says."""
-        if trace is not None:
-            return self._run_traced(trace, rank, job)
-        gc = self.gc
-        step = None
-        try:
-            if gc is None:
-                for step in self.steps:
-                    step[0]()
-            elif self.fused is not None:
-                for i, run in enumerate(self.fused):
-                    run()
-            else:
-                add = gc.free if gc.threshold <= 0 else gc.add
-                for step in self.steps:
-                    step[0]()
-                    if step[1]:
-                        add(step[1])
-                gc.flush()
-        except Exception as exc:
-            if self.fused is not None and step is None:
-                step = self.steps[i]
-            raise self._op_error(step, exc) from exc
-
-    def _op_error(self, step, exc):
-        """The error to raise when the op of ``step`` failed: same kind, op named."""
-        where = f"block {self.block.idx} op {step[2]} ({step[3].type})" if step else f"block {self.block.idx}"
+    def _raise_op_error(self, i: int, op: Operator, exc: Exception) -> None:
+        """Raise the error for op ``i`` failing with ``exc`` (see the module docstring)."""
+        where = f"block {self.block.idx} op {i} ({op.type})"
         if isinstance(exc, EnforceNotMet):
             msg = exc.args[0] if exc.args else ""
-            if msg.startswith("block "):
-                return exc
-            return type(exc)(f"{where}: {msg}")
-        return InvalidArgument(f"{where}: {type(exc).__name__}: {exc}")
+            if isinstance(msg, str) and msg.startswith("block "):
+                raise exc  # already located (an op of a sub-block)
+            raise type(exc)(f"{where}: {msg}") from exc
+        if isinstance(exc, ValueError):  # NumPy: operands that do not fit together
+            raise InvalidArgument(f"{where}: {type(exc).__name__}: {exc}") from exc
+        notes = getattr(exc, "__notes__", ())
+        if hasattr(exc, "add_note") and not any(n.startswith("refimpl: in ") for n in notes):
+            exc.add_note(f"refimpl: in {where}; inputs: {self._input_shapes(op)}")
+        raise exc
 
-    def _run_traced(self, trace, rank, job):
-        blk = self.block.idx
-        old_cb = None
+    def _input_shapes(self, op: Operator) -> str:
+        parts = []
+        for slot, names in op.inputs.items():
+            for n in names:
+                a = self.tensors[n]._array if n in self.tensors else None
+                desc = "no value" if a is None else f"{list(getattr(a, 'shape', ()))} {getattr(a, 'dtype', '')}"
+                parts.append(f"{slot}={n!r} {desc}".rstrip())
+        return ", ".join(parts) or "none"
+
+    # ---- running --------------------------------------------------------
+    def live_bytes(self) -> int:
+        """Bytes held now by the variables this block touches."""
+        return sum([a.nbytes for a in [t._array for t in self.tensors.values()] if a is not None])
+
+    def run(self, trace: Optional[Trace] = None, rank: Optional[int] = None, job: Optional[str] = None) -> None:
+        """Run every op once; free dead tensors as the plan says."""
+        if trace is not None:
+            self.run_steps(range(len(self.steps)), trace, rank, job)
+            self.flush(trace, rank, job)
+            return
+        for call in self._calls:
+            call()
         if self.gc is not None:
-            old_cb = self.gc.on_free
-            cur = {"op": None}
-            self.gc.on_free = lambda name, nbytes: trace.add(
-                "free", block=blk, op=cur["op"], op_type=None, var=name, nbytes=nbytes, rank=rank, job=job)
-        try:
-            for run, frees, i, op in self.steps:
-                before = {n: t._array for n, t in self.tensors.items()}
-                trace.add("op", block=blk, op=i, op_type=op.type, rank=rank, job=job)
-                try:
-                    run()
-                except Exception as exc:
-                    raise self._op_error((run, frees, i, op), exc) from exc
-                for n in op.output_arg_names:
-                    t = self.tensors.get(n)
-                    if t is not None and t._array is not None and t._array is not before.get(n):
-                        old = before.get(n)
-                        delta = t._array.nbytes - (old.nbytes if old is not None else 0)
-                        trace.add("alloc", block=blk, op=i, op_type=op.type, var=n, nbytes=delta, rank=rank, job=job)
-                if frees and self.gc is not None:
-                    cur["op"] = i
-                    self.gc.add(frees)
-            if self.gc is not None:
-                cur["op"] = len(self.steps) - 1
-                self.gc.flush()
-        finally:
-            if self.gc is not None:
-                self.gc.on_free = old_cb
+            self.gc.flush()  # batched frees still queued; a stream collector also reaps here
 
-    def run_steps(self, indices, trace=None, rank=None, job=None):
-        """Run only the ops at ``indices`` (in that order), each followed by its frees."""
-        gc = self.gc
-        step = None
-        try:
+    def run_steps(self, indices: Sequence[int], trace: Optional[Trace] = None, rank: Optional[int] = None,
+                  job: Optional[str] = None) -> None:
+        """Run only the ops at ``indices`` (in that order), each followed by its frees.
+
+        With a trace, every op, every allocation it made and every free is recorded.
+        """
+        if trace is None:
             for i in indices:
                 step = self.steps[i]
-                if trace is not None:
-                    trace.add("op", block=self.block.idx, op=i, op_type=step[3].type, rank=rank, job=job)
-                step[0]()
-                if gc is not None and step[1]:
-                    gc.add(step[1])
-        except Exception as exc:
-            raise self._op_error(step, exc) from exc
+                step.run()
+                if step.release is not None:
+                    step.release()
+            return
+        blk = self.block.idx
+        for i in indices:
+            step = self.steps[i]
+            before = {n: self.tensors[n]._array for n in step.op.output_arg_names if n in self.tensors}
+            trace.add("op", block=blk, op=i, op_type=step.op.type, rank=rank, job=job)
+            step.run()
+            for n in step.op.output_arg_names:
+                t = self.tensors.get(n)
+                if t is not None and t._array is not None and t._array is not before.get(n):
+                    old = before.get(n)
+                    delta = t._array.nbytes - (old.nbytes if old is not None else 0)
+                    trace.add("alloc", block=blk, op=i, op_type=step.op.type, var=n, nbytes=delta,
+                              rank=rank, job=job)
+            if step.dead and self.gc is not None:
+                with self._tracing_frees(trace, i, rank, job):
+                    self.gc.add(step.dead)
 
-    def free(self, names):
+    def flush(self, trace: Optional[Trace] = None, rank: Optional[int] = None, job: Optional[str] = None) -> None:
+        """Free what the collector still queues (batched GC), recording the frees when tracing."""
+        if self.gc is None:
+            return
+        if trace is None:
+            self.gc.flush()
+            return
+        with self._tracing_frees(trace, len(self.steps) - 1, rank, job):
+            self.gc.flush()
+
+    def _tracing_frees(self, trace, op_index, rank, job):
+        return _OnFree(self.gc, lambda name, nbytes: trace.add(
+            "free", block=self.block.idx, op=op_index, op_type=None, var=name, nbytes=nbytes,
+            rank=rank, job=job))
+
+    def free(self, names: Iterable[str]) -> None:
         """Free these variables now (through the collector, if there is one)."""
         if self.gc is not None:
             self.gc.add([(n, self.tensor(n)) for n in names])
 
-    def prepare_sub_block(self, block_idx, skip_vars=()):
+    def prepare_sub_block(self, block_idx: int, skip_vars: Iterable[str] = ()) -> "PreparedBlock":
         """A PreparedBlock for a sub-block, in a kid of this block's scope."""
         return PreparedBlock(self.program, block_idx, self.scope.new_scope(), self.persist_scope,
                              self.backend, skip_vars, self.gc_threshold, self.memory, self.run_ctx)
+
+
+class _OnFree:
+    """Sets the collector's ``on_free`` callback for a ``with`` block."""
+
+    def __init__(self, gc, callback):
+        self.gc, self.callback, self.old = gc, callback, None
+
+    def __enter__(self):
+        self.old, self.gc.on_free = self.gc.on_free, self.callback
+
+    def __exit__(self, *exc):
+        self.gc.on_free = self.old

@@ -7,8 +7,11 @@ executor), and costs nothing then: the executor runs a separate, plain loop.
 Peak memory can be recomputed from the records, and ``to_chrome`` writes a
 Chrome-trace / Perfetto JSON.
 """
+from __future__ import annotations
+
 import collections
 import json
+from typing import Any, Dict, List, Optional
 
 Event = collections.namedtuple("Event", "kind block op op_type var nbytes rank job extra")
 Event.__new__.__defaults__ = (None,) * 9
@@ -20,7 +23,7 @@ class Trace:
     def __init__(self):
         self.events = []
 
-    def add(self, kind, **kw):
+    def add(self, kind: str, **kw: Any) -> None:
         self.events.append(Event(kind, **kw))
 
     def __iter__(self):
@@ -29,10 +32,10 @@ class Trace:
     def __len__(self):
         return len(self.events)
 
-    def of_kind(self, kind):
+    def of_kind(self, kind: str) -> List[Event]:
         return [e for e in self.events if e.kind == kind]
 
-    def frees_by_op(self, block=0):
+    def frees_by_op(self, block: int = 0) -> Dict[int, List[str]]:
         """{op index: sorted names freed after it} for one block (from ``free`` events)."""
         out = {}
         for e in self.events:
@@ -40,7 +43,7 @@ class Trace:
                 out.setdefault(e.op, []).append(e.var)
         return {k: sorted(v) for k, v in out.items()}
 
-    def peak_bytes(self, start=0):
+    def peak_bytes(self, start: int = 0) -> int:
         live = peak = start
         for e in self.events:
             if e.kind == "alloc":
@@ -50,7 +53,7 @@ class Trace:
             peak = max(peak, live)
         return peak
 
-    def to_chrome(self, path=None):
+    def to_chrome(self, path: Optional[str] = None) -> Dict[str, Any]:
         """Chrome-trace JSON (one slice per op, counters for live bytes)."""
         out, t, live = [], 0, 0
         for e in self.events:

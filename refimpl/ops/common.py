@@ -74,7 +74,14 @@ def reduce_to(grad, shape):
     lead = grad.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(i + lead for i, d in enumerate(shape)
                                        if d == 1 and grad.shape[i + lead] != 1)
-    return grad.sum(axis=axes).reshape(shape)
+    out = np.add.reduce(grad, axis=axes)  # ndarray.sum's own sum, without its Python layer
+    return out if out.shape == shape else out.reshape(shape)
+
+
+def gathered_shape(shape, nranks):
+    """Paddle's all_gather: concatenate on dim 0 (stack a 0-D tensor)."""
+    shape = tuple(shape)
+    return (nranks,) if not shape else (shape[0] * nranks,) + shape[1:]
 
 
 def as_float(value, dtype):

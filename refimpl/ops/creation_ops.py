@@ -12,6 +12,8 @@ non-zero ``seed`` attr still makes an op repeat the same numbers on every
 run, and ``refimpl.core.random.seed(n)`` makes the others reproducible.
 ``lookup_table_v2_grad`` always produces a dense gradient (no SelectedRows).
 """
+import functools
+
 import numpy as np
 
 from refimpl.core.dtypes import VARTYPE_TO_NAME, convert_dtype, to_numpy_dtype
@@ -21,6 +23,12 @@ from refimpl.core.random import generator_for
 from .common import first
 from .grad_maker import simple_grad
 from .registry import register_op
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_dtype(dtype):
+    """``to_numpy_dtype`` of an op's (hashable) dtype attr, looked up once per value."""
+    return to_numpy_dtype(dtype)
 
 
 def _shape(ShapeTensor, ShapeTensorList, shape):
@@ -67,7 +75,7 @@ def parse_str_value(s, np_dtype):
               "place_type": -1},
              infer_shape=_dtype_infer)
 def fill_constant(ValueTensor, ShapeTensor, ShapeTensorList, *, dtype, shape, value, str_value):
-    dt = to_numpy_dtype(dtype)
+    dt = _numpy_dtype(dtype)
     if ValueTensor is not None:
         value = np.asarray(ValueTensor).reshape(-1)[0]
     elif str_value:

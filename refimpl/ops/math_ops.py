@@ -29,18 +29,71 @@ def _mul_infer(ins, attrs):
 SMALL_MATMUL = 1 << 16  # multiply-adds up to which a 2-D product adds over k in order
 
 
+def _reduce_in_order(a, b):
+    """``a @ b`` with each output's terms added in order k = 0, 1, ...: every product, then NumPy's
+    reduction over K of the C-contiguous (M, K, N) products (a non-innermost axis of a contiguous
+    array is reduced in order, one rounding per add; were K innermost, as a transposed ``b`` would
+    make it, NumPy would sum it pairwise)."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return np.add.reduce(a[..., :, :, None] * b[..., None, :, :], axis=-2)
+
+
+def _einsum_in_order(a, b):
+    """The same sums, faster: NumPy's unoptimised einsum loops over k outside a loop over the
+    contiguous output row, so with a C-contiguous ``b`` it adds in k order too (checked once
+    per process by :func:`_einsum_adds_in_order`)."""
+    return _c_einsum("...mk,...kn->...mn", a, np.ascontiguousarray(b))
+
+
+@functools.lru_cache(maxsize=None)
+def _einsum_adds_in_order():
+    """Whether this NumPy build's einsum gives the in-order sums bit for bit (float32 and float64,
+    contiguous and transposed ``a``, small and odd shapes, batched); if not, ``mm`` keeps the
+    reduction (a build whose einsum fused multiply-adds, or blocked the sum, would differ)."""
+    rng = np.random.default_rng(0)
+    shapes = [((), (1, 4, 2)), ((), (3, 5, 2)), ((), (4, 16, 16)), ((), (16, 4, 16)), ((), (2, 17, 3)),
+              ((), (7, 9, 33)), ((), (5, 64, 8)), ((3,), (2, 6, 5)), ((2, 1), (4, 3, 7))]
+    for dtype in (np.float32, np.float64):
+        for batch, (m, k, n) in shapes:
+            a = rng.standard_normal(batch + (m, k)).astype(dtype)
+            b = rng.standard_normal(batch[-1:] + (k, n)).astype(dtype)
+            want = _reduce_in_order(a, b).tobytes()
+            for x in (a, np.ascontiguousarray(a.swapaxes(-1, -2)).swapaxes(-1, -2)):
+                if _einsum_in_order(x, b).tobytes() != want:
+                    return False
+    return True
+
+
 def mm(a, b):
     """``a @ b`` (batched). A small product adds each output's terms in order k = 0, 1, ... (every product
     and sum rounded), as Paddle's CPU (MKL) kernels do for most small shapes with two or more output
-    columns, where BLAS blocks the sum; larger products, and matrix-vector ones, use BLAS.
-
-    (NumPy reduces a non-innermost axis of a contiguous array in order; the products' array is
-    (M, K, N), so the sum over K runs k = 0, 1, ... for every (m, n).)"""
-    if a.ndim >= 2 and b.ndim >= 2 and a.shape[-1] > 0 and b.shape[-1] > 1 and a.dtype == b.dtype:
+    columns, where BLAS blocks the sum; larger products, and matrix-vector ones, use BLAS."""
+    if a.ndim == 2 and b.ndim == 2:  # the common case, spelled out
+        m, k = a.shape
+        n = b.shape[1]
+        if 0 < k and 1 < n and m * k * n <= SMALL_MATMUL and a.dtype == b.dtype:
+            if a.dtype in _EINSUM_DTYPES and _einsum_adds_in_order():
+                return _c_einsum("mk,kn->mn", a, b if b.flags.c_contiguous else np.ascontiguousarray(b))
+            return _small_in_order(a, b)
+        return np.matmul(a, b)
+    if a.ndim >= 2 and b.ndim >= 2 and 0 < a.shape[-1] and 1 < b.shape[-1] and a.dtype == b.dtype:
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         if _prod(batch, 1) * a.shape[-2] * a.shape[-1] * b.shape[-1] <= SMALL_MATMUL:
-            return np.add.reduce(a[..., :, :, None] * b[..., None, :, :], axis=-2)
+            return _small_in_order(a, b)
     return np.matmul(a, b)
+
+
+def _small_in_order(a, b):
+    if a.dtype in _EINSUM_DTYPES and _einsum_adds_in_order():
+        return _einsum_in_order(a, b)
+    return _reduce_in_order(a, b)
+
+
+_EINSUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+try:  # the C function behind np.einsum(..., optimize=False), without its dispatch layers
+    from numpy._core.multiarray import c_einsum as _c_einsum
+except ImportError:  # NumPy < 2
+    _c_einsum = np.einsum
 
 
 def _flat2(a, ncol):
@@ -60,6 +113,8 @@ def mul(X, Y, *, x_num_col_dims, y_num_col_dims):
 @register_op("mul_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"],
              {"x_num_col_dims": 1, "y_num_col_dims": 1}, infer_shape=grads_like(**{"X@GRAD": "X", "Y@GRAD": "Y"}))
 def mul_grad(X, Y, dOut, *, x_num_col_dims, y_num_col_dims, need):
+    if X.ndim == 2 and Y.ndim == 2:  # an fc layer's product: no reshapes
+        return (mm(dOut, Y.T) if need[0] else None), (mm(X.T, dOut) if need[1] else None)
     x2, y2 = _flat2(X, x_num_col_dims), _flat2(Y, y_num_col_dims)
     d2 = dOut.reshape(x2.shape[0], y2.shape[1])
     dx = mm(d2, y2.T).reshape(X.shape) if need[0] else None
@@ -135,13 +190,15 @@ def _ew_infer(ins, attrs):
 
 def _y_shape(X, Y, axis):
     """Y's shape aligned to X's rank at ``axis`` (X and Y may be shape-only TensorMeta)."""
-    if axis != -1 and len(Y.shape) < len(X.shape):
-        return tuple(align_y(tuple(Y.shape), len(X.shape), axis))
+    y_ndim, x_ndim = len(Y.shape), len(X.shape)
+    if axis != -1 and y_ndim < x_ndim and axis != x_ndim - y_ndim:  # trailing: NumPy's own alignment
+        return tuple(align_y(tuple(Y.shape), x_ndim, axis))
     return tuple(Y.shape)
 
 
 def _y(X, Y, axis):
-    return Y.reshape(_y_shape(X, Y, axis))
+    shape = _y_shape(X, Y, axis)
+    return Y if shape == Y.shape else Y.reshape(shape)
 
 
 def _register_elementwise(name, fn, grad_fn, grad_inputs, nnb):
@@ -165,8 +222,12 @@ def _register_elementwise(name, fn, grad_fn, grad_inputs, nnb):
 
 def _add_grad(X, Y, dOut, *, axis, need):
     dx = reduce_to(dOut, X.shape) if need[0] else None
-    dy = reduce_to(dOut, _y_shape(X, Y, axis)).reshape(Y.shape) if need[1] else None
+    dy = _as_shape(reduce_to(dOut, _y_shape(X, Y, axis)), Y.shape) if need[1] else None
     return dx, dy
+
+
+def _as_shape(a, shape):
+    return a if a.shape == tuple(shape) else a.reshape(shape)
 
 
 def _sub_grad(X, Y, dOut, *, axis, need):
@@ -297,7 +358,10 @@ def _register_reduce(name, fn, grad_fn):
 
 def _mean_grad(X, dOut, *, dim, keep_dim, reduce_all):
     g, n = _reduce_grad_value(X, dOut, dim, keep_dim, reduce_all)
-    return np.broadcast_to(g * as_float(1.0 / n if n else 0.0, g.dtype), X.shape).copy()  # n == 0: X is empty
+    v = g * as_float(1.0 / n if n else 0.0, g.dtype)  # n == 0: X is empty
+    out = np.empty(X.shape, v.dtype)
+    out[...] = v  # broadcast over the reduced dims
+    return out
 
 
 def _sum_grad_kernel(X, dOut, *, dim, keep_dim, reduce_all):
@@ -305,5 +369,15 @@ def _sum_grad_kernel(X, dOut, *, dim, keep_dim, reduce_all):
     return np.broadcast_to(g, X.shape).copy()
 
 
-_register_reduce("reduce_mean", np.mean, _mean_grad)
+def _mean(X, axis, keepdims):
+    """``np.mean`` without its Python layers for float32/64: the same sum (``np.add.reduce``), then one
+    division by the count (NumPy divides in float64 and rounds back, which for a quotient gives the
+    same float32 as dividing in float32)."""
+    if X.dtype not in _EINSUM_DTYPES or X.size == 0:
+        return np.mean(X, axis=axis, keepdims=keepdims)
+    n = X.size if axis is None else _prod((X.shape[a] for a in axis), 1)
+    return np.add.reduce(X, axis=axis, keepdims=keepdims) / n
+
+
+_register_reduce("reduce_mean", _mean, _mean_grad)
 _register_reduce("reduce_sum", np.sum, _sum_grad_kernel)

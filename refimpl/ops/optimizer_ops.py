@@ -42,7 +42,7 @@ def _f32(v):
 
 def _scalar(t, dtype):
     """Element 0 of a one-element tensor, as a scalar of ``dtype``."""
-    return dtype.type(np.asarray(t).reshape(-1)[0])
+    return dtype.type(t.flat[0] if isinstance(t, np.ndarray) else np.asarray(t).reshape(-1)[0])
 
 
 def _target(Param, MasterParam, multi_precision):
@@ -76,9 +76,14 @@ def _param_infer(*pairs):
 
 # ---- sgd ------------------------------------------------------------------
 @register_op("sgd", ["Param", "LearningRate", "Grad", "MasterParam?"], ["ParamOut", "MasterParamOut?"],
-             {"multi_precision": False}, check=UPDATE_CHECK,
+             {"multi_precision": False}, check=UPDATE_CHECK, writes_inputs=True,
              infer_shape=_param_infer(("ParamOut", "Param"), ("MasterParamOut", "MasterParam")))
 def sgd(Param, LearningRate, Grad, MasterParam, *, multi_precision):
+    if MasterParam is None or not multi_precision:  # the common case, without a master copy
+        if Param.shape != Grad.shape:
+            _same_shape("sgd", Param, Grad)
+        np.subtract(Param, Grad * Param.dtype.type(LearningRate.flat[0]), out=Param)
+        return Param, None
     p = _target(Param, MasterParam, multi_precision)
     _same_shape("sgd", p, Grad)
     step = Grad * _scalar(LearningRate, p.dtype)
@@ -92,7 +97,7 @@ def sgd(Param, LearningRate, Grad, MasterParam, *, multi_precision):
              ["ParamOut", "VelocityOut", "MasterParamOut?"],
              {"mu": _f32(0.9), "use_nesterov": False, "regularization_method": "",
               "regularization_coeff": 0.0, "multi_precision": False, "rescale_grad": 1.0},
-             check=UPDATE_CHECK,
+             check=UPDATE_CHECK, writes_inputs=True,
              infer_shape=_param_infer(("ParamOut", "Param"), ("VelocityOut", "Velocity"),
                                       ("MasterParamOut", "MasterParam")))
 def momentum(Param, Grad, Velocity, LearningRate, MasterParam, *, mu, use_nesterov,
@@ -231,5 +236,5 @@ def adam_kernels(update):
 
 
 adam, adamw = adam_kernels(_adam_kernel)
-register_op("adam", _ADAM_IN, _ADAM_OUT, _ADAM_ATTRS, infer_shape=_adam_infer, check=UPDATE_CHECK)(adam)
-register_op("adamw", _ADAM_IN, _ADAM_OUT, _ADAMW_ATTRS, infer_shape=_adam_infer, check=UPDATE_CHECK)(adamw)
+register_op("adam", _ADAM_IN, _ADAM_OUT, _ADAM_ATTRS, infer_shape=_adam_infer, check=UPDATE_CHECK, writes_inputs=True)(adam)
+register_op("adamw", _ADAM_IN, _ADAM_OUT, _ADAMW_ATTRS, infer_shape=_adam_infer, check=UPDATE_CHECK, writes_inputs=True)(adamw)

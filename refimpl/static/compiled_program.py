@@ -1,7 +1,7 @@
 """CompiledProgram: one training program run data-parallel over places and trainers.
 
 Mirrors ``paddle.static.CompiledProgram`` (``paddle/base/compiler.py``) and
-the C++ class behind it (the seed ``compiled_program.cc``), whose
+the C++ class behind it (``paddle/fluid/framework/compiled_program.cc``), whose
 constructor does, in order: check the places, fall back from Reduce to
 AllReduce when there is one rank, create the local scopes, check async mode,
 prepare the communicators (with the hierarchical-allreduce checks), broadcast
@@ -24,10 +24,10 @@ and then:
   ``[fetch][place]``.
 * **local scopes**: scope 0 is the run's scope, the others are its kids,
   deleted by :meth:`close` only when this object made them; given local
-  scopes must match the places (the seed's message otherwise).
+  scopes must match the places (``compiled_program.cc``'s message otherwise).
 * **broadcast**: with several places (own scopes) or trainers, persistable
   variables go from place 0 to the others: copied, or shared (the same
-  scope variable) on CPU in Reduce mode, exactly when the seed shares
+  scope variable) on CPU in Reduce mode, exactly when ``compiled_program.cc`` shares
   memory; across trainers they are broadcast from rank 0 over the
   communicator (Paddle's NCCL branch; its CPU branch relies on identical
   initialisation).
@@ -39,12 +39,15 @@ and then:
   eager deletion and ``FLAGS_eager_delete_tensor_gb`` work as in a plain run.
 
 Differences: the hierarchical-allreduce checks count ranks (trainers x
-places) where the seed counts trainers, since Paddle's hierarchical
+places) where ``compiled_program.cc`` counts trainers, since Paddle's hierarchical
 allreduce assumes one device per trainer; ``nccl_comm_num`` and the fusion
 switches are accepted but change nothing.
 """
+from __future__ import annotations
+
 import logging
 import os
+from typing import Any, List, Optional, Sequence, TYPE_CHECKING
 
 import numpy as np
 
@@ -55,21 +58,27 @@ from refimpl.core.tensor import DenseTensor
 from refimpl.distributed.communication import DEFAULT_TIMEOUT, InProcessWorld, RankFailed, context
 from refimpl.distributed.communication.inprocess import run_threads
 from refimpl.distributed.passes.data_parallel import apply_data_parallel, hierarchical_rings
-from refimpl.executor.executor import PreparedProgram, _gc_threshold, check_feed
+from refimpl.executor.backend import to_host
+from refimpl.executor.executor import PreparedProgram, check_feed, fetch_names
+from refimpl.executor.garbage_collector import gc_threshold_bytes
 from refimpl.executor.trace import Trace
 from refimpl.framework.program import Program
 from refimpl.io.blocking_queue import EOFException, set_reader_device_count
 
 from .build_strategy import BuildStrategy, ReduceStrategy
 
+if TYPE_CHECKING:
+    from refimpl.core.scope import Scope
+    from refimpl.core.place import Place
+
 logger = logging.getLogger("refimpl")
 
 REDUCE_FALLBACK = ("If you set build_strategy.reduce with 'Reduce',"
                    "the number of places should be greater than 1.")
-LR_DECAY_COUNTER = "@LR_DECAY_COUNTER@"  # the seed's hot fix: never shared
+LR_DECAY_COUNTER = "@LR_DECAY_COUNTER@"  # compiled_program.cc's hot fix: never shared
 
 
-def cpu_places(device_count=None):
+def cpu_places(device_count: Optional[int] = None) -> List[CPUPlace]:
     """``device_count`` CPU places (default: the ``CPU_NUM`` environment variable, else 1)."""
     n = int(os.environ.get("CPU_NUM", 1)) if device_count is None else int(device_count)
     return [CPUPlace() for _ in range(n)]
@@ -78,8 +87,9 @@ def cpu_places(device_count=None):
 class CompiledProgram:
     """A Program compiled for data parallelism (see the module docstring)."""
 
-    def __init__(self, program_or_graph, build_strategy=None, places=None, local_scopes=None,
-                 share_vars_from=None):
+    def __init__(self, program_or_graph: Program, build_strategy: Optional[BuildStrategy] = None,
+                 places: Optional[Sequence[Place]] = None, local_scopes: Optional[Sequence[Scope]] = None,
+                 share_vars_from: Optional[CompiledProgram] = None) -> None:
         if not isinstance(program_or_graph, Program):
             raise InvalidArgument(f"The type of program_to_graph parameter is wrong, expected Graph or Program, "
                                   f"but received {type(program_or_graph)}")
@@ -95,8 +105,10 @@ class CompiledProgram:
         self._timeout = DEFAULT_TIMEOUT
         self._cache = {}
 
-    def with_data_parallel(self, loss_name=None, build_strategy=None, exec_strategy=None,
-                           share_vars_from=None, places=None):
+    def with_data_parallel(self, loss_name: Optional[str] = None,
+                           build_strategy: Optional[BuildStrategy] = None, exec_strategy: Any = None,
+                           share_vars_from: Optional[CompiledProgram] = None,
+                           places: Optional[Sequence[Place]] = None) -> CompiledProgram:
         """Paddle 2.x's spelling of the same settings; returns self."""
         if build_strategy is not None:
             self._build_strategy = build_strategy
@@ -106,7 +118,7 @@ class CompiledProgram:
             self._share_vars_from = share_vars_from
         return self
 
-    # ---- compile (the seed's constructor) ------------------------------------------
+    # ---- compile (compiled_program.cc's constructor) ------------------------------------------
     def _compile(self, scope, place):
         if self._compiled:
             if scope is not None and scope is not self._scope:
@@ -131,7 +143,7 @@ class CompiledProgram:
                 self._bcast_params_to_devices()
                 self._bcast_pending = self._strategy.num_trainers > 1  # done in the first run's threads
             self._programs = self._compile_graphs()
-            # the seed's InitReaderQueueDeviceCount: each place reads its own batches (refimpl/io)
+            # compiled_program.cc's InitReaderQueueDeviceCount: each place reads its own batches (refimpl/io)
             set_reader_device_count(self._program, len(self._places))
         except Exception:
             self._delete_local_scopes()  # a failed compile leaves no kid scopes behind
@@ -215,7 +227,7 @@ class CompiledProgram:
                        and not getattr(v, "is_distributed", False)})
 
     def _shares(self, name):
-        """Whether places > 0 share place 0's variable (the seed's CPU rule) instead of copying it."""
+        """Whether places > 0 share place 0's variable (compiled_program.cc's CPU rule) instead of copying it."""
         return not (self._use_all_reduce or self._use_cuda or name == LR_DECAY_COUNTER)
 
     def _bcast_params_to_devices(self):
@@ -256,8 +268,8 @@ class CompiledProgram:
     def _run_with_executor(self, exe, feed, fetch_list, scope, return_numpy, trace, return_merged=True):
         self._compile(scope if scope is not None else global_scope(), exe.place)
         feeds = self._split_feed(feed)
-        fetch_names = exe._fetch_names(self._program, fetch_list)
-        preps = self._prepared(tuple(feeds[0]), tuple(fetch_names), exe.place.backend)
+        names = fetch_names(self._program, fetch_list)
+        preps = self._prepared(tuple(feeds[0]), tuple(names), exe.place.backend)
         self._set_lr(preps)
         traces = [Trace() for _ in preps] if trace is not None else [None] * len(preps)
         results = self._run_places(preps, feeds, traces)
@@ -305,14 +317,13 @@ class CompiledProgram:
         return [arr[i * step:(i + 1) * step] for i in range(n)]
 
     def _prepared(self, feed_names, fetch_names, backend):
-        key = (feed_names, fetch_names, _gc_threshold(), backend)
+        threshold = gc_threshold_bytes()
+        key = (feed_names, fetch_names, threshold, backend)
         preps = self._cache.get(key)
-        if preps is None:
+        if preps is None:  # each place's `read` ops pop that place's batches (reader_device)
             preps = self._cache[key] = [
-                PreparedProgram(prog, scope, feed_names, fetch_names, backend, _gc_threshold())
-                for prog, scope in zip(self._programs, self._local_scopes)]
-            for i, prep in enumerate(preps):  # which device's batches this place's `read` op pops
-                prep.run_ctx["reader_device"] = i
+                PreparedProgram(prog, scope, feed_names, fetch_names, backend, threshold, reader_device=i)
+                for i, (prog, scope) in enumerate(zip(self._programs, self._local_scopes))]
         return preps
 
     def _set_lr(self, preps):
@@ -320,7 +331,7 @@ class CompiledProgram:
         if scheduler is not None:  # as the executor: the scheduler's value goes in before each run
             value = np.array(scheduler(), dtype="float32")
             for prep in preps:
-                prep.block.tensor(self._program.lr_var.name).set(value)
+                prep.set_value(self._program.lr_var.name, value)
 
     def _run_places(self, preps, feeds, traces):
         n = len(preps)
@@ -354,7 +365,7 @@ class CompiledProgram:
         return preps[i].run(feeds[i], traces[i])
 
     def _bcast_across_trainers(self, i, comm):
-        """Every rank takes rank 0's value of each persistable (the seed's NCCL broadcast)."""
+        """Every rank takes rank 0's value of each persistable (compiled_program.cc's NCCL broadcast)."""
         main = self._local_scopes[0]
         for name in self._bcast_vars:
             var = main.find_var(name)
@@ -366,11 +377,11 @@ class CompiledProgram:
                 mine.tensor._array = value
 
     # ---- scopes ---------------------------------------------------------------
-    def local_scopes(self):
+    def local_scopes(self) -> List[Scope]:
         """The scope of each place (scope 0 is the run's scope unless local scopes were given)."""
         return list(getattr(self, "_local_scopes", []))
 
-    def close(self):
+    def close(self) -> None:
         """Delete the local scopes this object created (not given ones) and forget prepared programs."""
         if self._compiled:
             self._delete_local_scopes()
@@ -384,19 +395,19 @@ class CompiledProgram:
 
 
 def _share_var(scope, var):
-    """Make ``scope`` hold the very same variable as place 0 (the seed's ``ShareDataWith``)."""
+    """Make ``scope`` hold the very same variable as place 0 (compiled_program.cc's ``ShareDataWith``)."""
     scope.share_var(var)
 
 
 def _delete_kid(scope, kid):
-    """The seed's ``DeleteScope``: forget the kid scope."""
+    """compiled_program.cc's ``DeleteScope``: forget the kid scope."""
     scope.delete_scope(kid)
 
 
 def _merge(results, return_numpy, return_merged, place):
     """Per-place fetch values -> Paddle's merged (dim 0) or unmerged ([fetch][place]) results."""
     nfetch = len(results[0]) if results else 0
-    per_fetch = [[np.array(r[j], copy=True) for r in results] for j in range(nfetch)]
+    per_fetch = [[to_host(r[j]) for r in results] for j in range(nfetch)]  # as Executor.run fetches
     if not return_merged:
         return per_fetch if return_numpy else [[DenseTensor(v, place) for v in vs] for vs in per_fetch]
     merged = [vs[0] if len(vs) == 1 else (np.stack(vs) if vs[0].ndim == 0 else np.concatenate(vs))

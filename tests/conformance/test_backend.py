@@ -49,17 +49,40 @@ def test_elementwise_only_program_is_bitwise_identical():
     assert got[1] == ref[1] and got[2] == ref[2]
 
 
-def test_set_backend_moves_cpu_place_executors_and_back():
+def _run_elementwise_on(exe):
+    main, out = _elementwise_program()
+    rng = np.random.default_rng(3)
+    feed = {"x": rng.standard_normal((5, 6)).astype("float32"), "y": rng.standard_normal(6).astype("float32")}
+    got, = exe.run(main, feed=feed, fetch_list=[out], scope=paddle.static.Scope())
+    return got, type(exe._last.block.gc).__module__
+
+
+def test_set_backend_is_the_default_of_executors_without_a_place():
     try:
         paddle.set_backend("cuda")
-        assert paddle.get_backend() == "cuda" and paddle.CPUPlace().backend == "cuda"
-        got = _run_elementwise("numpy")[0]  # an Executor(CPUPlace()) now runs the cuda kernels
+        assert paddle.get_backend() == "cuda" and isinstance(paddle.static.Executor().place, paddle.CUDAPlace)
+        assert paddle.CPUPlace().backend == "numpy"  # a place keeps its own backend
+        on_default, default_gc = _run_elementwise_on(paddle.static.Executor())
+        on_cpu, cpu_gc = _run_elementwise_on(paddle.static.Executor(paddle.CPUPlace()))
     finally:
         paddle.set_backend("numpy")
-    assert paddle.CPUPlace().backend == "numpy"
-    assert got.tobytes() == _run_elementwise("numpy")[0].tobytes()
+    assert default_gc.startswith("cuda_backend.") and cpu_gc == "refimpl.executor.garbage_collector"
+    assert isinstance(paddle.static.Executor().place, paddle.CPUPlace)
+    ref = _run_elementwise("numpy")[0]
+    assert on_default.tobytes() == ref.tobytes() and on_cpu.tobytes() == ref.tobytes()
     with pytest.raises(InvalidArgument, match="unknown backend"):
         paddle.set_backend("tpu")
+
+
+def test_ranks_on_threads_keep_the_backend_of_their_own_executor():
+    """Two in-process ranks, one on each backend, at the same time: each runs its own kernels."""
+    from refimpl.distributed.communication import run_in_process
+    places = [paddle.CPUPlace(), paddle.CUDAPlace(0)]
+    results = run_in_process(2, lambda: _run_elementwise_on(
+        paddle.static.Executor(places[paddle.distributed.get_rank()])))
+    assert results[0][1] == "refimpl.executor.garbage_collector"
+    assert results[1][1].startswith("cuda_backend.")
+    assert results[0][0].tobytes() == results[1][0].tobytes()
 
 
 def _no_device_env(**extra):

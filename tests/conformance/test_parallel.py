@@ -71,7 +71,7 @@ def _data_parallel(name):
     main, startup, loss = dp_mlp.build(layers=2, width=8)
     with backend(name):
         exe, scope = dp_mlp.init(startup, 0)
-        compiled = paddle.static.CompiledProgram(main, dp_mlp.strategy(fuse=True), places=[paddle.CPUPlace()] * 2)
+        compiled = paddle.static.CompiledProgram(main, dp_mlp.strategy(fuse=True), places=[exe.place] * 2)
         losses, trace = [], Trace()
         for step, f in enumerate(feeds(4)):
             out = exe.run(compiled, feed=f, fetch_list=[loss], scope=scope, trace=trace if step == 0 else None)
@@ -102,7 +102,7 @@ def _gradient_merge(name):
         [main], [startup])
     with backend(name):
         paddle.seed(0)
-        scope, exe = paddle.static.Scope(), paddle.static.Executor(paddle.CPUPlace())
+        scope, exe = paddle.static.Scope(), paddle.static.Executor()
         exe.run(startup, scope=scope)
         losses, trace = [], Trace()
         for step, f in enumerate(feeds(3, steps=4)):
