@@ -1,4 +1,4 @@
-"""CompiledProgram and BuildStrategy: the behaviour of the seed ``compiled_program.cc``.
+"""CompiledProgram and BuildStrategy: the behaviour of Paddle's ``paddle/fluid/framework/compiled_program.cc``.
 
 Places, local scopes, the broadcast of persistables (copy or share), the
 Reduce fallback, the hierarchical-allreduce checks, async mode, feed
@@ -90,12 +90,12 @@ def test_reduce_falls_back_to_allreduce_on_one_rank(caplog):
         out = exe.run(cp, feed={"x": X}, fetch_list=[loss], scope=scope)
     assert REDUCE_FALLBACK in caplog.text
     assert REDUCE_FALLBACK == ("If you set build_strategy.reduce with 'Reduce',"
-                               "the number of places should be greater than 1.")  # the seed's text, no space
+                               "the number of places should be greater than 1.")  # compiled_program.cc's text, no space
     assert cp._strategy.reduce_strategy is RS.AllReduce and bs.reduce_strategy is RS.Reduce  # a copy changes
     assert out[0].shape == ()  # one place: the plain value
 
 
-# ---- errors of the seed ------------------------------------------------------------
+# ---- errors of compiled_program.cc --------------------------------------------------------
 @pytest.mark.parametrize("n,inter,msg", [
     (1, 2, "The num_trainers should be greater than 1, but received 1."),
     (4, 1, "The inter_nranks should be greater than 1, but received 1."),

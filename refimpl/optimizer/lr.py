@@ -7,11 +7,18 @@ the learning-rate variable before every run and the user calls ``step()``.
 LRSched op role (a step counter ``@LR_DECAY_COUNTER@`` incremented every run,
 then ``lr * rate ** (step / decay_steps)``) and returns the lr Variable.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, TYPE_CHECKING
+
 from refimpl.core.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from refimpl.framework.variable import Variable
 
 
 class LRScheduler:
-    def __init__(self, learning_rate=0.1, last_epoch=-1, verbose=False):
+    def __init__(self, learning_rate: float = 0.1, last_epoch: int = -1, verbose: bool = False) -> None:
         self.base_lr = float(learning_rate)
         self.last_epoch = last_epoch
         self.last_lr = self.base_lr
@@ -20,22 +27,23 @@ class LRScheduler:
     def __call__(self):
         return self.last_lr
 
-    def step(self, epoch=None):
+    def step(self, epoch: Optional[int] = None) -> None:
         self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
         self.last_lr = self.get_lr()
 
-    def get_lr(self):
+    def get_lr(self) -> float:
         raise NotImplementedError
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         return {"last_epoch": self.last_epoch, "last_lr": self.last_lr}
 
-    def set_state_dict(self, state):
+    def set_state_dict(self, state: Dict[str, Any]) -> None:
         self.last_epoch, self.last_lr = state["last_epoch"], state["last_lr"]
 
 
 class StepDecay(LRScheduler):
-    def __init__(self, learning_rate, step_size, gamma=0.1, last_epoch=-1, verbose=False):
+    def __init__(self, learning_rate: float, step_size: int, gamma: float = 0.1, last_epoch: int = -1,
+                 verbose: bool = False) -> None:
         if not isinstance(step_size, int) or step_size <= 0:
             raise InvalidArgument(f"StepDecay: step_size must be a positive int, got {step_size!r}")
         if gamma >= 1.0:
@@ -43,22 +51,24 @@ class StepDecay(LRScheduler):
         self.step_size, self.gamma = step_size, gamma
         super().__init__(learning_rate, last_epoch, verbose)
 
-    def get_lr(self):
+    def get_lr(self) -> float:
         return self.base_lr * self.gamma ** (self.last_epoch // self.step_size)
 
 
 class ExponentialDecay(LRScheduler):
-    def __init__(self, learning_rate, gamma, last_epoch=-1, verbose=False):
+    def __init__(self, learning_rate: float, gamma: float, last_epoch: int = -1,
+                 verbose: bool = False) -> None:
         if not 0 < gamma < 1:
             raise InvalidArgument(f"ExponentialDecay: gamma must be in (0, 1), got {gamma}")
         self.gamma = gamma
         super().__init__(learning_rate, last_epoch, verbose)
 
-    def get_lr(self):
+    def get_lr(self) -> float:
         return self.base_lr * self.gamma ** self.last_epoch
 
 
-def exponential_decay(learning_rate, decay_steps, decay_rate, staircase=False):
+def exponential_decay(learning_rate: float, decay_steps: float, decay_rate: float,
+                      staircase: bool = False) -> Variable:
     """In-graph exponential decay: ``lr * decay_rate ** (step / decay_steps)``.
 
     Appends ops with the LRSched role (an ``increment`` of the persistable

@@ -8,6 +8,10 @@ before each run when an ``LRScheduler`` drives it), creates accumulators
 named ``{param}_{acc}_k`` initialised in the startup program, and appends
 each update op under role Optimize with ``op_role_var = [param, grad]``.
 """
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple, Union
+
 from refimpl.core.errors import InvalidArgument
 from refimpl.framework import unique_name
 from refimpl.framework.program import default_main_program, default_startup_program, device_guard, program_guard
@@ -19,11 +23,18 @@ from refimpl.static.layer_helper import LayerHelper
 
 from .lr import LRScheduler
 
+if TYPE_CHECKING:
+    from refimpl.framework.operator import Operator
+    from refimpl.framework.program import Program
+    from refimpl.framework.variable import Parameter
+
 
 class Optimizer:
-    type = None
+    type: Optional[str] = None
 
-    def __init__(self, learning_rate=0.001, parameters=None, weight_decay=None, grad_clip=None, name=None):
+    def __init__(self, learning_rate: Union[float, LRScheduler, Variable] = 0.001,
+                 parameters: Optional[Sequence[Union[Parameter, str]]] = None, weight_decay: Any = None,
+                 grad_clip: Any = None, name: Optional[str] = None) -> None:
         if not isinstance(learning_rate, (int, float, LRScheduler, Variable)) or isinstance(learning_rate, bool):
             raise InvalidArgument(f"{type(self).__name__}: learning_rate must be a float, an LRScheduler "
                                   f"or a Variable, got {type(learning_rate).__name__}")
@@ -57,7 +68,7 @@ class Optimizer:
             self._learning_rate_map[main] = create_global_var(
                 [], float(lr), "float32", persistable=True, name=unique_name.generate("learning_rate"))
 
-    def get_lr(self):
+    def get_lr(self) -> Optional[float]:
         lr = self._learning_rate
         return float(lr()) if isinstance(lr, LRScheduler) else float(lr) if not isinstance(lr, Variable) else None
 
@@ -87,12 +98,15 @@ class Optimizer:
         raise NotImplementedError
 
     # ---- the pass ---------------------------------------------------------
-    def backward(self, loss, startup_program=None, parameters=None, no_grad_set=None, callbacks=None):
+    def backward(self, loss: Variable, startup_program: Optional[Program] = None,
+                 parameters: Optional[Sequence[Union[Parameter, str]]] = None,
+                 no_grad_set: Optional[Set[Any]] = None,
+                 callbacks: Optional[Sequence[Callable[..., Any]]] = None) -> List[Tuple[Parameter, Variable]]:
         params = parameters if parameters is not None else self._parameter_list
         with program_guard(loss.block.program, startup_program or default_startup_program()):
             return append_backward(loss, params, no_grad_set)
 
-    def apply_gradients(self, params_grads):
+    def apply_gradients(self, params_grads: Sequence[Tuple[Parameter, Variable]]) -> List[Operator]:
         params_grads = sorted(params_grads, key=lambda pg: pg[0].name)
         return self._create_optimization_pass(params_grads)
 
@@ -111,13 +125,17 @@ class Optimizer:
                 self._append_optimize_op(target, (p, g))
         return block.ops[start:] if target is block else target.ops
 
-    def apply_optimize(self, loss, startup_program, params_grads):
+    def apply_optimize(self, loss: Variable, startup_program: Optional[Program],
+                       params_grads: Sequence[Tuple[Parameter, Variable]]) -> List[Operator]:
         with program_guard(loss.block.program, startup_program or default_startup_program()):
             return self.apply_gradients(params_grads)
 
     _apply_optimize = apply_optimize
 
-    def minimize(self, loss, startup_program=None, parameters=None, no_grad_set=None):
+    def minimize(self, loss: Variable, startup_program: Optional[Program] = None,
+                 parameters: Optional[Sequence[Union[Parameter, str]]] = None,
+                 no_grad_set: Optional[Set[Any]] = None
+                 ) -> Tuple[List[Operator], List[Tuple[Parameter, Variable]]]:
         """Append backward and update ops for ``loss``; return (optimize_ops, params_grads)."""
         if not isinstance(loss, Variable):
             raise InvalidArgument(f"minimize: loss must be a static Variable, got {type(loss).__name__}")

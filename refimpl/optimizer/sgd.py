@@ -5,9 +5,17 @@ the same update ops (``sgd``, ``momentum``, ``adam``, ``adamw``), slot
 wiring, attrs and accumulator names (``_velocity_0``, ``_moment1_0``,
 ``_moment2_0``, ``_beta1_pow_acc_0``, ``_beta2_pow_acc_0``).
 """
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING, Union
+
 from refimpl.core.errors import InvalidArgument
 
 from .optimizer import Optimizer
+
+if TYPE_CHECKING:
+    from refimpl.framework.variable import Parameter, Variable
+    from .lr import LRScheduler
 
 
 class SGD(Optimizer):
@@ -23,8 +31,10 @@ class SGD(Optimizer):
 class Momentum(Optimizer):
     type = "momentum"
 
-    def __init__(self, learning_rate=0.001, momentum=0.9, parameters=None, use_nesterov=False,
-                 weight_decay=None, grad_clip=None, multi_precision=False, rescale_grad=1.0, name=None):
+    def __init__(self, learning_rate: Union[float, LRScheduler, Variable] = 0.001, momentum: float = 0.9,
+                 parameters: Optional[Sequence[Union[Parameter, str]]] = None, use_nesterov: bool = False,
+                 weight_decay: Any = None, grad_clip: Any = None, multi_precision: bool = False,
+                 rescale_grad: float = 1.0, name: Optional[str] = None) -> None:
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
         self._momentum, self._use_nesterov, self._rescale_grad = float(momentum), bool(use_nesterov), rescale_grad
         self._regularization_coeff = float(weight_decay) if isinstance(weight_decay, (int, float)) else 0.0
@@ -49,9 +59,11 @@ class Momentum(Optimizer):
 class Adam(Optimizer):
     type = "adam"
 
-    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-08, parameters=None,
-                 weight_decay=None, grad_clip=None, lazy_mode=False, multi_precision=False,
-                 amsgrad=False, name=None):
+    def __init__(self, learning_rate: Union[float, LRScheduler, Variable] = 0.001, beta1: float = 0.9,
+                 beta2: float = 0.999, epsilon: float = 1e-08,
+                 parameters: Optional[Sequence[Union[Parameter, str]]] = None, weight_decay: Any = None,
+                 grad_clip: Any = None, lazy_mode: bool = False, multi_precision: bool = False,
+                 amsgrad: bool = False, name: Optional[str] = None) -> None:
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
         for k, v in (("beta1", beta1), ("beta2", beta2)):
             if not 0 <= v < 1:
@@ -91,9 +103,13 @@ class Adam(Optimizer):
 class AdamW(Adam):
     type = "adamw"
 
-    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-08, parameters=None,
-                 weight_decay=0.01, lr_ratio=None, apply_decay_param_fun=None, grad_clip=None,
-                 lazy_mode=False, multi_precision=False, amsgrad=False, name=None):
+    def __init__(self, learning_rate: Union[float, LRScheduler, Variable] = 0.001, beta1: float = 0.9,
+                 beta2: float = 0.999, epsilon: float = 1e-08,
+                 parameters: Optional[Sequence[Union[Parameter, str]]] = None, weight_decay: float = 0.01,
+                 lr_ratio: Optional[Callable[[Parameter], float]] = None,
+                 apply_decay_param_fun: Optional[Callable[[str], bool]] = None, grad_clip: Any = None,
+                 lazy_mode: bool = False, multi_precision: bool = False, amsgrad: bool = False,
+                 name: Optional[str] = None) -> None:
         super().__init__(learning_rate, beta1, beta2, epsilon, parameters, None, grad_clip,
                          lazy_mode, multi_precision, amsgrad, name)
         if not isinstance(weight_decay, (int, float)):

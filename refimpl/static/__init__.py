@@ -11,6 +11,6 @@ from .input import create_global_var, create_parameter, data
 from .layer_helper import ParamAttr
 from .control_flow import cond
 
-nn.cond = cond
+nn.cond = cond  # type: ignore[attr-defined]  # paddle.static.nn.cond; defined in control_flow.py
 from .compiled_program import BuildStrategy, CompiledProgram, cpu_places
 from .io import load, load_inference_model, load_persistables, save, save_inference_model, save_persistables

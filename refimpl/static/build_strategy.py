@@ -19,8 +19,9 @@ has no graph fusions and one communicator ring per group. Two additions:
 ``fuse_grad_size_in_MB`` (the bucket size of fused allreduce; Paddle takes it
 from ``FLAGS_fuse_parameter_memory_size`` or, in fleet, from
 ``DistributedStrategy.fuse_grad_size_in_MB``, whose default 32 is used here)
-and ``hierarchical_allreduce_exter_nranks`` (the seed's member, set when a
-CompiledProgram compiles: number of ranks / inter nranks).
+and ``hierarchical_allreduce_exter_nranks`` (a member of
+``compiled_program.cc``'s ``BuildStrategy``, set when a CompiledProgram
+compiles: number of ranks / inter nranks).
 """
 import copy
 import enum
@@ -119,7 +120,7 @@ class BuildStrategy:
         return sorted(set(super().__dir__()) | set(_FIELDS))
 
     def _copy(self):
-        """An independent copy (a CompiledProgram keeps one, as the seed's member does)."""
+        """An independent copy (a CompiledProgram keeps one, as ``compiled_program.cc``'s member does)."""
         other = BuildStrategy()
         for k, v in self._values.items():
             other._values[k] = copy.copy(v)

@@ -5,10 +5,16 @@ sub-block; the op's ``Input`` lists the outer vars the body reads before
 writing, ``Out`` the outer vars it writes, and ``Scope`` a STEP_SCOPES var.
 Only ``false_fn=None`` and bodies without return values are supported.
 """
+from __future__ import annotations
+
 import contextlib
+from typing import Any, Callable, Optional, TYPE_CHECKING
 
 from refimpl.core.errors import Unimplemented
 from refimpl.framework.program import default_main_program
+
+if TYPE_CHECKING:
+    from refimpl.framework.variable import Variable
 
 
 def _inputs_outputs(block):
@@ -32,7 +38,8 @@ def _sub_block(program):
         program._rollback()
 
 
-def cond(pred, true_fn=None, false_fn=None, name=None):
+def cond(pred: Variable, true_fn: Optional[Callable[[], Any]] = None,
+         false_fn: Optional[Callable[[], Any]] = None, name: Optional[str] = None) -> None:
     if false_fn is not None:
         raise Unimplemented("static.nn.cond: false_fn is not supported yet")
     program = default_main_program()

@@ -6,6 +6,10 @@ Mirrors ``paddle.static.data`` (a data variable: -1 for ``None`` dims,
 (a persistable variable initialised by a ``fill_constant`` in the startup
 program).
 """
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, TYPE_CHECKING
+
 from refimpl.core.dtypes import convert_dtype
 from refimpl.core.errors import InvalidArgument
 from refimpl.framework.program import default_main_program
@@ -13,8 +17,12 @@ from refimpl.nn.initializer import Constant
 
 from .layer_helper import LayerHelper
 
+if TYPE_CHECKING:
+    from refimpl.framework.variable import Parameter, Variable
+    from .layer_helper import ParamAttr
 
-def data(name, shape, dtype="float32", lod_level=0):
+
+def data(name: str, shape: Sequence[Optional[int]], dtype: Any = "float32", lod_level: int = 0) -> Variable:
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"static.data: name must be a non-empty string, got {name!r}")
     if not isinstance(shape, (list, tuple)):
@@ -31,7 +39,9 @@ def data(name, shape, dtype="float32", lod_level=0):
         is_data=True, need_check_feed=True)
 
 
-def create_parameter(shape, dtype, name=None, attr=None, is_bias=False, default_initializer=None):
+def create_parameter(shape: Sequence[int], dtype: Any, name: Optional[str] = None,
+                     attr: Optional[ParamAttr] = None, is_bias: bool = False,
+                     default_initializer: Any = None) -> Optional[Parameter]:
     helper = LayerHelper("create_parameter")
     from .layer_helper import ParamAttr
     attr = ParamAttr._to_attr(attr)
@@ -40,7 +50,8 @@ def create_parameter(shape, dtype, name=None, attr=None, is_bias=False, default_
     return helper.create_parameter(attr, shape, convert_dtype(dtype), is_bias, default_initializer)
 
 
-def create_global_var(shape, value, dtype, persistable=False, force_cpu=False, name=None):
+def create_global_var(shape: Sequence[int], value: float, dtype: Any, persistable: bool = False,
+                      force_cpu: bool = False, name: Optional[str] = None) -> Variable:
     helper = LayerHelper("global_var")
     var = helper.create_global_variable(name=name, shape=list(shape), dtype=convert_dtype(dtype),
                                         persistable=persistable, stop_gradient=True)

@@ -30,9 +30,12 @@ Paddle:
   (all of its job programs). ``save_persistables`` always writes one archive
   (``filename`` or ``__persistables__.npz``), never one file per variable.
 """
+from __future__ import annotations
+
 import json
 import os
 import tempfile
+from typing import Any, Callable, Dict, IO, List, Optional, Sequence, TYPE_CHECKING, Union
 import zipfile
 
 import numpy as np
@@ -40,6 +43,11 @@ import numpy as np
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
 from refimpl.core.scope import global_scope
 from refimpl.framework.program import Program, default_main_program
+
+if TYPE_CHECKING:
+    from refimpl.core.scope import Scope
+    from refimpl.executor.executor import Executor
+    from refimpl.framework.variable import Variable
 
 LR_PREFIX = "@LR_SCHEDULER@."
 DEFAULT_PERSISTABLES = "__persistables__.npz"
@@ -81,7 +89,7 @@ def _commit(pairs):
             os.close(fd)
 
 
-def atomic_write_files(contents):
+def atomic_write_files(contents: Dict[str, Callable[[IO[bytes]], Any]]) -> None:
     """Write {path: writer(fileobj)} so that each file is either old or new, never partial."""
     pairs = []
     try:
@@ -106,12 +114,12 @@ def _npz_writer(arrays):
     return write
 
 
-def write_npz(path, arrays):
+def write_npz(path: str, arrays: Dict[str, np.ndarray]) -> None:
     """Write {name: array} to ``path`` atomically (a ``.npz`` archive)."""
     atomic_write_files({path: _npz_writer(arrays)})
 
 
-def read_npz(path):
+def read_npz(path: str) -> Dict[str, np.ndarray]:
     """{name: array} from an archive written by :func:`write_npz`; typed errors name the file."""
     if not os.path.isfile(path):
         raise NotFound(f"checkpoint file {path!r} does not exist")
@@ -127,7 +135,7 @@ def _json_writer(doc):
     return lambda f: f.write(json.dumps(doc, sort_keys=True).encode("utf-8"))
 
 
-def read_json(path):
+def read_json(path: str) -> Any:
     if not os.path.isfile(path):
         raise NotFound(f"model file {path!r} does not exist")
     try:
@@ -229,7 +237,8 @@ def _prefix(model_path):
     return model_path
 
 
-def save(program, model_path, protocol=4, scope=None, **configs):
+def save(program: Program, model_path: str, protocol: int = 4, scope: Optional[Scope] = None,
+         **configs: Any) -> None:
     """Parameters to ``.pdparams``, other persistables to ``.pdopt``, the program to ``.pdmodel``."""
     if not isinstance(model_path, str) or not os.path.basename(model_path):
         raise InvalidArgument(f"model_path must be of the form dirname/filename, got {model_path!r}")
@@ -242,7 +251,8 @@ def save(program, model_path, protocol=4, scope=None, **configs):
                         model_path + ".pdmodel": _json_writer(programs[0].to_dict())})
 
 
-def load(program, model_path, executor=None, var_list=None, scope=None):
+def load(program: Program, model_path: str, executor: Optional[Executor] = None,
+         var_list: Optional[Sequence[Variable]] = None, scope: Optional[Scope] = None) -> None:
     """Read what :func:`save` wrote into ``scope``; all variables are checked before any is set."""
     prefix = _prefix(model_path)
     programs = _programs(program)
@@ -269,14 +279,16 @@ def _archive(dirname, filename):
     return os.path.join(dirname, filename or DEFAULT_PERSISTABLES)
 
 
-def save_persistables(executor, dirname, main_program=None, filename=None, scope=None):
+def save_persistables(executor: Optional[Executor], dirname: str, main_program: Optional[Program] = None,
+                      filename: Optional[str] = None, scope: Optional[Scope] = None) -> None:
     """Every persistable variable of ``main_program`` (and the LR scheduler state) to one archive."""
     programs = _programs(main_program)
     scope = scope if scope is not None else global_scope()
     write_npz(_archive(dirname, filename), _gather(_saved_vars(programs, "all"), scope, programs))
 
 
-def load_persistables(executor, dirname, main_program=None, filename=None, scope=None):
+def load_persistables(executor: Optional[Executor], dirname: str, main_program: Optional[Program] = None,
+                      filename: Optional[str] = None, scope: Optional[Scope] = None) -> None:
     """Read what :func:`save_persistables` wrote; all or nothing."""
     programs = _programs(main_program)
     scope = scope if scope is not None else global_scope()
@@ -304,14 +316,17 @@ def _prune_for_inference(program, feed_names, fetch_names):
     return p
 
 
-def save_inference_model(path_prefix, feed_vars, fetch_vars, executor, program=None, scope=None, **kwargs):
+def save_inference_model(path_prefix: str, feed_vars: Union[Variable, Sequence[Variable]],
+                         fetch_vars: Union[Variable, Sequence[Variable]], executor: Optional[Executor],
+                         program: Optional[Program] = None, scope: Optional[Scope] = None,
+                         **kwargs: Any) -> None:
     """The pruned program to ``path_prefix.pdmodel`` (JSON), its persistables to ``.pdiparams``."""
     if not isinstance(path_prefix, str) or not os.path.basename(path_prefix):
         raise InvalidArgument(f"path_prefix must be of the form dirname/filename, got {path_prefix!r}")
-    feed_vars = feed_vars if isinstance(feed_vars, (list, tuple)) else [feed_vars]
-    fetch_vars = fetch_vars if isinstance(fetch_vars, (list, tuple)) else [fetch_vars]
-    feeds = [getattr(v, "name", v) for v in feed_vars]
-    fetches = [getattr(v, "name", v) for v in fetch_vars]
+    feed_list: List[Any] = list(feed_vars) if isinstance(feed_vars, (list, tuple)) else [feed_vars]
+    fetch_list: List[Any] = list(fetch_vars) if isinstance(fetch_vars, (list, tuple)) else [fetch_vars]
+    feeds = [getattr(v, "name", v) for v in feed_list]
+    fetches = [getattr(v, "name", v) for v in fetch_list]
     program = program if program is not None else default_main_program()
     for n in feeds + fetches:
         if program.global_block()._find_var_recursive(n) is None:
@@ -324,13 +339,15 @@ def save_inference_model(path_prefix, feed_vars, fetch_vars, executor, program=N
                         path_prefix + ".pdiparams": _npz_writer(params)})
 
 
-def load_inference_model(path_prefix, executor, scope=None, **kwargs):
+def load_inference_model(path_prefix: str, executor: Optional[Executor], scope: Optional[Scope] = None,
+                         **kwargs: Any) -> List[Any]:
     """``[program, feed_target_names, fetch_targets]``; the parameters go into ``scope``."""
     path = path_prefix + ".pdmodel"
     doc = read_json(path)
     if not isinstance(doc, dict) or doc.get("format") != INFERENCE_FORMAT:
         raise InvalidArgument(f"model file {path!r} is not an {INFERENCE_FORMAT} document")
-    feeds, fetches = doc.get("feed"), doc.get("fetch")
+    feeds: Any = doc.get("feed")
+    fetches: Any = doc.get("fetch")
     for key, names in (("feed", feeds), ("fetch", fetches)):
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise InvalidArgument(f"model file {path!r}: {key!r} must be a list of variable names")

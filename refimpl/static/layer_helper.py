@@ -6,16 +6,26 @@ parameters ``fc_0.w_0`` / ``fc_0.b_0`` (a startup copy with its initializer
 op, then the main copy), and appends ops to the current block of the default
 main program.
 """
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, TYPE_CHECKING
+
 from refimpl.framework import unique_name
 from refimpl.framework.program import default_main_program, default_startup_program
 from refimpl.nn.initializer import Constant, XavierUniform
+
+if TYPE_CHECKING:
+    from refimpl.framework.operator import Operator
+    from refimpl.framework.program import Program
+    from refimpl.framework.variable import Parameter, Variable
 
 
 class ParamAttr:
     """Mirrors ``paddle.ParamAttr``: name, initializer, trainable."""
 
-    def __init__(self, name=None, initializer=None, learning_rate=1.0, regularizer=None,
-                 trainable=True, do_model_average=True, need_clip=True):
+    def __init__(self, name: Optional[str] = None, initializer: Any = None, learning_rate: float = 1.0,
+                 regularizer: Any = None, trainable: bool = True, do_model_average: bool = True,
+                 need_clip: bool = True) -> None:
         self.name, self.initializer, self.trainable = name, initializer, trainable
         self.learning_rate, self.regularizer, self.need_clip = learning_rate, regularizer, need_clip
 
@@ -36,25 +46,27 @@ class ParamAttr:
 
 
 class LayerHelper:
-    def __init__(self, layer_type, name=None, **kwargs):
+    def __init__(self, layer_type: str, name: Optional[str] = None, **kwargs: Any) -> None:
         self.layer_type = layer_type
         self.name = name if name is not None else unique_name.generate(layer_type)
         self.kwargs = kwargs
 
     @property
-    def main_program(self):
+    def main_program(self) -> Program:
         return default_main_program()
 
     @property
-    def startup_program(self):
+    def startup_program(self) -> Program:
         return default_startup_program()
 
-    def create_variable_for_type_inference(self, dtype, stop_gradient=False, shape=None):
+    def create_variable_for_type_inference(self, dtype: Any, stop_gradient: bool = False,
+                                           shape: Optional[Sequence[int]] = None) -> Variable:
         return self.main_program.current_block().create_var(
             name=unique_name.generate_with_ignorable_key(f"{self.name}.tmp"),
             dtype=dtype, shape=shape, persistable=False, stop_gradient=stop_gradient)
 
-    def create_parameter(self, attr, shape, dtype, is_bias=False, default_initializer=None):
+    def create_parameter(self, attr: Any, shape: Sequence[int], dtype: Any, is_bias: bool = False,
+                         default_initializer: Any = None) -> Optional[Parameter]:
         attr = ParamAttr._to_attr(attr)
         if attr is False:
             return None
@@ -68,20 +80,21 @@ class LayerHelper:
             optimize_attr={"learning_rate": attr.learning_rate}, regularizer=attr.regularizer,
             need_clip=attr.need_clip)
 
-    def create_global_variable(self, name=None, persistable=False, **kwargs):
+    def create_global_variable(self, name: Optional[str] = None, persistable: bool = False,
+                               **kwargs: Any) -> Variable:
         name = name or unique_name.generate(f"{self.name}.tmp")
         return self.main_program.global_block().create_var(name=name, persistable=persistable, **kwargs)
 
-    def set_variable_initializer(self, var, initializer):
+    def set_variable_initializer(self, var: Variable, initializer: Any) -> Variable:
         sv = self.startup_program.global_block().create_var(
             name=var.name, type=var.type, dtype=var.dtype, shape=var.shape, persistable=True)
         initializer(sv, self.startup_program.global_block())
         return sv
 
-    def append_op(self, **kwargs):
+    def append_op(self, **kwargs: Any) -> Operator:
         return self.main_program.current_block().append_op(**kwargs)
 
-    def append_bias_op(self, x, bias_attr, dim_start=1):
+    def append_bias_op(self, x: Variable, bias_attr: Any, dim_start: int = 1) -> Variable:
         if bias_attr is False:
             return x
         size = list(x.shape[dim_start:])
@@ -91,7 +104,7 @@ class LayerHelper:
                        attrs={"axis": dim_start})
         return out
 
-    def append_activation(self, x, act):
+    def append_activation(self, x: Variable, act: Optional[str]) -> Variable:
         if act is None:
             return x
         act = {"type": act} if isinstance(act, str) else dict(act)

@@ -4,13 +4,19 @@ Mirrors ``paddle.static.nn``: each call creates its parameters (startup
 initializer + main parameter) and appends the same ops with the same names
 and attrs as Paddle's legacy implementation.
 """
+from __future__ import annotations
+
 import functools
 import operator
+from typing import Any, Optional, Sequence, TYPE_CHECKING
 
 from refimpl.core.errors import InvalidArgument
 from refimpl.nn.initializer import Constant
 
 from .layer_helper import LayerHelper
+
+if TYPE_CHECKING:
+    from refimpl.framework.variable import Variable
 
 
 def _check_var(x, api):
@@ -19,7 +25,8 @@ def _check_var(x, api):
         raise InvalidArgument(f"{api}: input must be a static Variable, got {type(x).__name__}")
 
 
-def fc(x, size, num_flatten_dims=1, weight_attr=None, bias_attr=None, activation=None, name=None):
+def fc(x: Variable, size: int, num_flatten_dims: int = 1, weight_attr: Any = None, bias_attr: Any = None,
+       activation: Optional[str] = None, name: Optional[str] = None) -> Variable:
     """y = activation(x @ W + b), flattening x from ``num_flatten_dims`` on (op ``mul``)."""
     inputs = x if isinstance(x, (list, tuple)) else [x]
     helper = LayerHelper("fc", name=name)
@@ -45,8 +52,8 @@ def fc(x, size, num_flatten_dims=1, weight_attr=None, bias_attr=None, activation
     return helper.append_activation(pre_act, activation)
 
 
-def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=None,
-              param_attr=None, dtype="float32"):
+def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False, is_distributed: bool = False,
+              padding_idx: Optional[int] = None, param_attr: Any = None, dtype: Any = "float32") -> Variable:
     """Look up rows of a [vocab, dim] table (op ``lookup_table_v2``)."""
     _check_var(input, "embedding")
     helper = LayerHelper("embedding")
@@ -61,8 +68,9 @@ def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=No
     return out
 
 
-def layer_norm(input, scale=True, shift=True, begin_norm_axis=1, epsilon=1e-05,
-               param_attr=None, bias_attr=None, act=None, name=None):
+def layer_norm(input: Variable, scale: bool = True, shift: bool = True, begin_norm_axis: int = 1,
+               epsilon: float = 1e-05, param_attr: Any = None, bias_attr: Any = None,
+               act: Optional[str] = None, name: Optional[str] = None) -> Variable:
     """Normalise over the dims from ``begin_norm_axis`` on (op ``layer_norm``)."""
     _check_var(input, "layer_norm")
     helper = LayerHelper("layer_norm", name=name)

@@ -1,17 +1,20 @@
 """Fleet's collective performance check (``fleet.collective_perf``).
 
-Mirrors the seed ``fleet.py``'s ``collective_perf`` and its per-type
+Mirrors ``python/paddle/distributed/fleet/fleet.py``'s ``collective_perf`` and its per-type
 ``allreduce_perf``, ``reduce_perf``, ``broadcast_perf``, ``allgather_perf``
 and ``reduce_scatter_perf``: time a collective for each message size on the
 data-parallel (or model-parallel) group, log the time per iteration, warn when
 it is over the size's threshold; bad sizes and non-collective mode are
-handled as the seed handles them. Unlike Paddle 3.3.1 (whose body is
+handled as that ``fleet.py`` handles them. Unlike Paddle 3.3.1 (whose body is
 commented out) it runs, and it also returns ``{nbytes: seconds}``.
 """
+from __future__ import annotations
+
 import functools
 import logging
 import numbers
 import time
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -34,7 +37,10 @@ _PERF = {  # comm type -> (test name in the log, name in the timeout warning, gr
 class CollectivePerf:
     """Mixed into :class:`~refimpl.distributed.fleet.fleet.Fleet`."""
 
-    def collective_perf(self, comm_type, round=50, size_and_time={}):  # noqa: B006 - Paddle's signature
+    _is_collective: bool  # the Fleet's
+
+    def collective_perf(self, comm_type: str, round: int = 50,
+                        size_and_time: Dict[int, float] = {}) -> Optional[Dict[int, float]]:  # noqa: B006 - Paddle's signature
         """Time ``comm_type`` for each ``{nbytes: threshold seconds}``; return ``{nbytes: seconds/iter}``."""
         if not self._is_collective:
             logger.warning("fleet.collective_perf is only for collective mode, will return with no test acted.")

@@ -24,8 +24,8 @@ Differences from Paddle:
   ``Unimplemented``); no model-parallel RNG seeding. ``init`` returns the fleet.
 * ``distributed_optimizer`` returns a ``meta_optimizers.DistributedOptimizer``
   (Paddle's static one returns the fleet); ``fleet.minimize`` delegates to it.
-* ``collective_perf`` follows the seed (Paddle 3.3.1 comments its body out),
-  warms up on the tested group (Paddle's warm-up has no group and only warns)
+* ``collective_perf`` runs the body of ``fleet.py``'s ``collective_perf``
+  (Paddle 3.3.1 comments it out), warms up on the tested group (Paddle's warm-up has no group and only warns)
   and returns ``{nbytes: seconds per iteration}``.
 * Errors are typed and say what is wrong; each is also the builtin Paddle
   raises (``ValueError``, ``AssertionError``, ``AttributeError`` before init).
@@ -38,9 +38,12 @@ Differences from Paddle:
   role from the rank, not the environment. In collective or
   non-distributed mode these methods warn and do nothing, as Paddle's.
 """
+from __future__ import annotations
+
 import copy
 import logging
 import threading
+from typing import Any, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple, Union
 import weakref
 
 import numpy as np
@@ -56,6 +59,13 @@ from .base import topology as tp
 from .collective_perf import CollectivePerf
 from refimpl.distributed.ps.fleet_api import ParameterServerAPI
 
+if TYPE_CHECKING:
+    from refimpl.framework.operator import Operator
+    from refimpl.framework.program import Program
+    from refimpl.framework.variable import Parameter, Variable
+    from refimpl.optimizer.optimizer import Optimizer
+    from .meta_optimizers.distributed_optimizer import DistributedOptimizer
+
 logger = logging.getLogger("refimpl.distributed.fleet")
 _HYBRID_AXES = {"dp": "data", "pp": "pipe", "sharding": "sharding", "mp": "model", "sep": "sep", "cp": "context",
                 "ep": "expert", "moe_sharding": "moe_sharding"}
@@ -67,7 +77,7 @@ HybridOrderError = type("HybridOrderError", (InvalidArgumentAssertion, KeyError)
 
 
 # ---- the fleet logger's level (Paddle: fleet.utils.log_util) ---------------------------------------
-def set_log_level(level):
+def set_log_level(level: Union[str, int]) -> None:
     """Set the level of the ``refimpl.distributed.fleet`` logger (a name such as ``"debug"`` or an int)."""
     if not isinstance(level, (str, int)):
         raise InvalidArgumentAssertion(f"level's type must be str or int, got {type(level).__name__}")
@@ -77,11 +87,11 @@ def set_log_level(level):
         raise InvalidArgument(f"log_level: {exc}") from None
 
 
-def get_log_level_code():
+def get_log_level_code() -> int:
     return logger.getEffectiveLevel()
 
 
-def get_log_level_name():
+def get_log_level_name() -> str:
     return logging.getLevelName(get_log_level_code())
 
 
@@ -182,7 +192,8 @@ class Fleet(CollectivePerf, ParameterServerAPI):
         return self._role_maker
 
     # ---- init ----------------------------------------------------------------------------------
-    def init(self, role_maker=None, is_collective=False, strategy=None, log_level="INFO"):
+    def init(self, role_maker: Optional[RoleMakerBase] = None, is_collective: bool = False,
+             strategy: Optional[DistributedStrategy] = None, log_level: Union[str, int] = "INFO") -> Fleet:
         """Set up this rank's role (and, in collective mode, its groups); return the fleet."""
         set_log_level(log_level)
         if strategy is None:
@@ -270,12 +281,12 @@ class Fleet(CollectivePerf, ParameterServerAPI):
         self._topology = tp.CommunicateTopology(hybrid_group_names=names, dims=dims)
         self._hcg = tp.HybridCommunicateGroup(self._topology, h)
 
-    def get_hybrid_communicate_group(self):
+    def get_hybrid_communicate_group(self) -> Optional[tp.HybridCommunicateGroup]:
         if self._hcg is None:
             raise PreconditionAssertion("no hybrid communicate group on this rank: call fleet.init(...) first")
         return self._hcg
 
-    def get_hybrid_parallel_topology(self):
+    def get_hybrid_parallel_topology(self) -> Optional[tp.CommunicateTopology]:
         if self._topology is None:
             raise PreconditionAssertion("no hybrid parallel topology on this rank: call fleet.init(is_collective="
                                         "True, strategy=s) with a degree > 1 in s.hybrid_configs first")
@@ -294,18 +305,18 @@ class Fleet(CollectivePerf, ParameterServerAPI):
     server_index = _ask("_server_index", "This process's index (as a server).")
     is_server = _ask("_is_server", "Whether this process is a parameter server.")
 
-    def worker_endpoints(self, to_string=False):
+    def worker_endpoints(self, to_string: bool = False) -> Union[str, List[str]]:
         eps = self._rm()._get_trainer_endpoints()
         return ",".join(eps) if to_string else eps
 
-    def server_num(self):
+    def server_num(self) -> int:
         return len(self._rm()._get_pserver_endpoints() or [])
 
-    def server_endpoints(self, to_string=False):
+    def server_endpoints(self, to_string: bool = False) -> Union[str, List[str]]:
         eps = self._rm()._get_pserver_endpoints()
         return ",".join(eps or []) if to_string else eps
 
-    def barrier_worker(self):
+    def barrier_worker(self) -> None:
         """Wait until every worker has arrived (in PS mode: through server 0)."""
         rm = self._rm()
         if not self._is_collective and not rm._is_non_distributed() and self._ps_runtime is not None:
@@ -313,7 +324,7 @@ class Fleet(CollectivePerf, ParameterServerAPI):
         else:
             rm._barrier("worker")
 
-    def all_reduce(self, input, mode="sum"):
+    def all_reduce(self, input: Any, mode: str = "sum") -> Any:
         """``input`` (number, list or array) reduced over all workers; mode: sum, mean, max, min or prod."""
         modes = ("sum", "mean", "max", "min", "prod")
         if not isinstance(mode, str) or mode.lower() not in modes:
@@ -325,7 +336,8 @@ class Fleet(CollectivePerf, ParameterServerAPI):
 
 
     # ---- optimizer -----------------------------------------------------------------------------
-    def distributed_optimizer(self, optimizer, strategy=None):
+    def distributed_optimizer(self, optimizer: Optimizer,
+                              strategy: Optional[DistributedStrategy] = None) -> DistributedOptimizer:
         """Wrap ``optimizer`` for distributed training; ``strategy`` (if given) replaces init's."""
         self._rm()
         self.user_defined_optimizer = optimizer
@@ -342,7 +354,10 @@ class Fleet(CollectivePerf, ParameterServerAPI):
         self._distributed_optimizer = DistributedOptimizer(optimizer, self._user_defined_strategy, fleet=self)
         return self._distributed_optimizer
 
-    def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+    def minimize(self, loss: Variable, startup_program: Optional[Program] = None,
+                 parameter_list: Optional[Sequence[Any]] = None,
+                 no_grad_set: Optional[Set[Any]] = None
+                 ) -> Tuple[List[Operator], List[Tuple[Parameter, Variable]]]:
         """``distributed_optimizer(...).minimize(...)``: returns ``(optimize_ops, params_grads)``."""
         rm = self._rm()
         if isinstance(loss, list):

@@ -22,12 +22,15 @@ engine instead of Paddle's own process controller:
 
 The launcher's exit code is non-zero when any rank fails.
 """
+from __future__ import annotations
+
 import argparse
 import os
 import runpy
 import shutil
 import subprocess
 import sys
+from typing import Dict, Optional, Sequence
 
 BASE_PORT = 6170
 
@@ -47,7 +50,8 @@ def _parser():
     return p
 
 
-def paddle_env(rank, world_size, local_rank, local_size, host="127.0.0.1"):
+def paddle_env(rank: int, world_size: int, local_rank: int, local_size: int,
+               host: str = "127.0.0.1") -> Dict[str, str]:
     """The PADDLE_* variables Paddle's launcher gives rank ``rank`` of a collective job."""
     endpoints = ",".join(f"{host}:{BASE_PORT + i}" for i in range(world_size))
     return {
@@ -60,7 +64,7 @@ def paddle_env(rank, world_size, local_rank, local_size, host="127.0.0.1"):
     }
 
 
-def ps_env(rank, server_num, worker_num, host="127.0.0.1"):
+def ps_env(rank: int, server_num: int, worker_num: int, host: str = "127.0.0.1") -> Dict[str, str]:
     """The PADDLE_* variables Paddle's launcher gives rank ``rank`` of a PS job (servers are ranks 0..S-1)."""
     from refimpl.distributed.ps.runtime import endpoints
     servers, workers = endpoints(server_num, worker_num, host, BASE_PORT)
@@ -123,7 +127,7 @@ def _ps_flags(args):
     return ["--server_num", str(args.server_num), "--worker_num", str(args.worker_num)] if args.server_num else []
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if args.nproc_per_node < 1:
         raise SystemExit(f"refimpl.distributed.launch: --nproc_per_node must be >= 1, got {args.nproc_per_node}")

@@ -46,6 +46,10 @@ The every-run form the pipeline uses (k micro-batches per run) is
 ``gradient_accumulation.accumulate_gradients``; the optimizer-wrapper form is
 ``incubate.optimizer.GradientMergeOptimizer``.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Sequence, TYPE_CHECKING, Tuple
+
 from refimpl.core.errors import InvalidArgument, NotFound, PreconditionNotMet
 from refimpl.core.dtypes import to_vartype
 from refimpl.distributed.communication.communicator import ReduceOp
@@ -57,6 +61,12 @@ from refimpl.static.input import create_global_var
 from .gradient_accumulation import create_merge_buffer, params_grads_of
 from .pass_base import PassBase, PassType, register_pass
 
+if TYPE_CHECKING:
+    from refimpl.framework.block import Block
+    from refimpl.framework.operator import Operator
+    from refimpl.framework.program import Program
+    from refimpl.framework.variable import Variable
+
 PASS_NAME = "auto_parallel_gradient_merge_pass"
 GRADIENT_MERGE_NAMESCOPE = "/auto_parallel/gradient_merge"
 SYNC_OPS = ("c_allreduce_sum", "c_allreduce_avg", "c_reduce_sum", "all_reduce", "reduce")
@@ -67,7 +77,7 @@ def _error(msg):
 
 
 # ---- attrs ------------------------------------------------------------------------------
-def check_attrs(k_steps, avg, gradient_sync_after_accumulate):
+def check_attrs(k_steps: int, avg: bool, gradient_sync_after_accumulate: bool) -> None:
     """Raise InvalidArgument, naming the attr, unless the attrs are usable."""
     if isinstance(k_steps, bool) or not isinstance(k_steps, int) or k_steps < 1:
         raise _error(f"attr 'k_steps' must be an int >= 1, got {k_steps!r}")
@@ -80,7 +90,7 @@ def _name_of(x):
     return x if isinstance(x, str) or x is None else getattr(x, "name", x)
 
 
-def resolve_params_grads(block, params_grads):
+def resolve_params_grads(block: Block, params_grads: Optional[Sequence[Any]]) -> List[Tuple[str, str]]:
     """[(param name, grad name)] from the attr, or from the optimizer ops when it is None."""
     if params_grads is None:
         pairs = params_grads_of(block.program)
@@ -119,7 +129,7 @@ def _take_ops(block, indices):
     return ops
 
 
-def take_optimizer_ops(block):
+def take_optimizer_ops(block: Block) -> List[Operator]:
     idx = [i for i, op in enumerate(block.ops) if op.role() & OpRole.Optimize]
     if not idx:
         raise PreconditionNotMet(f"{PASS_NAME}: the main program has no optimizer ops (op_role Optimize); "
@@ -127,7 +137,7 @@ def take_optimizer_ops(block):
     return _take_ops(block, idx)
 
 
-def is_sync_op(op, grads):
+def is_sync_op(op: Operator, grads: Iterable[str]) -> bool:
     """An in-place data-parallel reduce (sum or avg) of one of ``grads``."""
     if op.type not in SYNC_OPS:
         return False
@@ -153,7 +163,7 @@ def _following_scale(block, start, name):
     return None
 
 
-def take_sync_ops(block, grads):
+def take_sync_ops(block: Block, grads: Iterable[str]) -> List[Operator]:
     """Take out every gradient's sync op (and the scale after a sum); they keep their order."""
     idx = []
     for i, op in enumerate(block.ops):
@@ -175,7 +185,8 @@ def _last_writer(block, name, i):
                    f"optimizer) writes the gradient {name!r}")
 
 
-def append_merge_adds(block, startup_block, pairs):
+def append_merge_adds(block: Block, startup_block: Block,
+                      pairs: Sequence[Tuple[str, str]]) -> Dict[str, Variable]:
     """Buffers and ``merge = merge + grad`` ops; return {grad name: buffer Variable}."""
     merged = {}
     for i, (p, g) in enumerate(pairs):
@@ -189,7 +200,7 @@ def append_merge_adds(block, startup_block, pairs):
     return merged
 
 
-def append_cond_var(block, k_steps):
+def append_cond_var(block: Block, k_steps: int) -> Variable:
     """The step counter ops; return ``gradient_merge_cond`` (true every k-th run)."""
     def counter(name, value, dtype="int32"):
         return create_global_var([1], value, dtype, persistable=True, force_cpu=True, name=name)
@@ -214,7 +225,8 @@ def _copy_op(block, op, renames):
     return block._append_desc_op(op.type, ins, outs, attrs)
 
 
-def append_update_block(program, cond_var, merged, moved_ops, k_steps, avg):
+def append_update_block(program: Program, cond_var: Variable, merged: Dict[str, Variable],
+                        moved_ops: Sequence[Operator], k_steps: int, avg: bool) -> None:
     """The ``conditional_block``: [scale 1/k], sync ops, optimizer ops, zero the buffers."""
     renames = {g: m.name for g, m in merged.items()}
 
@@ -236,7 +248,8 @@ def append_update_block(program, cond_var, merged, moved_ops, k_steps, avg):
     program.global_block().ops[-1]._set_attr(OP_ROLE_ATTR, OpRole.Optimize)
 
 
-def parse_program(main, startup, params_grads, k_steps, avg, gradient_sync_after_accumulate):
+def parse_program(main: Program, startup: Program, params_grads: Optional[Sequence[Any]], k_steps: int,
+                  avg: bool, gradient_sync_after_accumulate: bool) -> Dict[str, str]:
     """Rewrite ``main``/``startup`` in place; return {grad name: buffer name}."""
     block = main.global_block()
     if block.has_var("gradient_merge_step"):

@@ -41,6 +41,10 @@ Hierarchical allreduce applies to AllReduce mode only (Paddle's Reduce mode
 never uses it either). Ops added carry ``op_role`` Backward (communication, scale, coalesce) or
 Optimize (the broadcasts of Reduce mode).
 """
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence, TYPE_CHECKING, Tuple
+
 import numpy as np
 
 from refimpl.core.dtypes import to_numpy_dtype, to_vartype
@@ -49,13 +53,18 @@ from refimpl.framework.op_role import OP_ROLE_ATTR, OP_ROLE_VAR_ATTR, OpRole
 
 from .pass_base import PassBase, PassType, register_pass
 
+if TYPE_CHECKING:
+    from refimpl.framework.block import Block
+    from refimpl.framework.program import Program
+    from refimpl.static.build_strategy import BuildStrategy
+
 ALLREDUCE, REDUCE, BROADCAST = "c_allreduce_sum", "c_reduce_sum", "c_broadcast"
 FUSED_PREFIX = "@FUSEDVAR@@GRAD@"
 _MB = 1 << 20
 
 
 # ---- what to synchronise ----------------------------------------------------------
-def param_grads(block):
+def param_grads(block: Block) -> List[Tuple[str, str, int]]:
     """[(param, grad, index of the op producing grad)] from backward ops' ``op_role_var``."""
     out, seen = [], set()
     for i, op in enumerate(block.ops):
@@ -78,7 +87,7 @@ def _nbytes(block, p, g):
     return numel, numel * to_numpy_dtype(dtype).itemsize, dtype
 
 
-def buckets(block, pairs, fuse, size_mb):
+def buckets(block: Block, pairs: Sequence[Tuple[str, str, int]], fuse: bool, size_mb: float) -> List[Any]:
     """Units of synchronisation: one per gradient, or fused groups (see the module docstring)."""
     if not fuse:
         return [[pg] for pg in pairs]
@@ -96,7 +105,7 @@ def buckets(block, pairs, fuse, size_mb):
     return sorted(done, key=lambda u: max(i for _, _, i in u))
 
 
-def hierarchical_rings(nranks, inter_nranks):
+def hierarchical_rings(nranks: int, inter_nranks: int) -> Dict[int, List[int]]:
     """{ring id: ranks}: node ``k`` (ring ``1 + k``) and the ring of node roots (last id)."""
     if inter_nranks <= 1 or nranks % inter_nranks:
         raise InvalidArgument(f"hierarchical allreduce: {nranks} ranks cannot form nodes of "
@@ -234,7 +243,7 @@ class ReduceModePass(_MultiDevicesPass):
                 block._remove_op(i)
 
 
-def apply_data_parallel(program, nranks, rank, build_strategy):
+def apply_data_parallel(program: Program, nranks: int, rank: int, build_strategy: BuildStrategy) -> Any:
     """Rewrite ``program`` in place for ``rank`` of ``nranks`` as ``build_strategy`` says; return it."""
     from refimpl.static.build_strategy import ReduceStrategy
     name = ("reduce_mode_multi_devices_pass" if build_strategy.reduce_strategy == ReduceStrategy.Reduce

@@ -20,7 +20,14 @@ Differences from Paddle:
   already kept or applied (Paddle searches for the longest compatible chain;
   for the pass sets refimpl has the two agree).
 """
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, TYPE_CHECKING, Tuple, Type
+
 from refimpl.core.errors import InvalidArgument, NotFound
+
+if TYPE_CHECKING:
+    from refimpl.framework.program import Program
 
 
 class PassNotRegistered(NotFound, AssertionError):
@@ -34,14 +41,14 @@ class PassContext:
         self._applied_passes = []
         self._attrs = {}
 
-    def set_attr(self, key, value):
+    def set_attr(self, key: str, value: Any) -> None:
         self._attrs[key] = value
 
-    def get_attr(self, key, default=None):
+    def get_attr(self, key: str, default: Any = None) -> Any:
         return self._attrs.get(key, default)
 
     @property
-    def passes(self):
+    def passes(self) -> List[PassBase]:
         return self._applied_passes
 
     def _add_pass(self, pass_obj):
@@ -80,11 +87,11 @@ class PassBase:
     def __init__(self):
         self._attrs = {}
 
-    def set_attr(self, key, value):
+    def set_attr(self, key: str, value: Any) -> PassBase:
         self._attrs[key] = value
         return self
 
-    def get_attr(self, key, default=None):
+    def get_attr(self, key: str, default: Any = None) -> Any:
         return self._attrs.get(key, default)
 
     # -- hooks -----------------------------------------------------------
@@ -107,7 +114,8 @@ class PassBase:
         return self._check_conflict(other_pass) and all(
             rule(other_pass, self) for rule in PassBase._COMMON_RULES)
 
-    def apply(self, main_programs, startup_programs, context=None):
+    def apply(self, main_programs: Sequence[Program], startup_programs: Sequence[Optional[Program]],
+              context: Optional[PassContext] = None) -> PassContext:
         """Run the pass on every (main, startup) pair; return the context.
 
         The pass is silently skipped (the context is returned unchanged) when
@@ -136,7 +144,7 @@ class PassBase:
         return f"<pass {self.name} attrs={sorted(self._attrs)}>"
 
 
-def register_pass(name):
+def register_pass(name: str) -> Callable[[Type[PassBase]], Type[PassBase]]:
     """Class decorator: make ``new_pass(name)`` build this class."""
     def impl(cls):
         PassBase._register(name, cls)
@@ -145,7 +153,7 @@ def register_pass(name):
     return impl
 
 
-def new_pass(name, pass_attrs=None):
+def new_pass(name: str, pass_attrs: Optional[Dict[str, Any]] = None) -> PassBase:
     """Build the pass registered as ``name`` and set ``pass_attrs`` on it."""
     pass_class = PassBase._REGISTERED_PASSES.get(name)
     if pass_class is None:
@@ -160,7 +168,8 @@ def new_pass(name, pass_attrs=None):
 class PassManager:
     """Apply a sequence of passes with one shared context."""
 
-    def __init__(self, passes, context=None, auto_solve_conflict=True):
+    def __init__(self, passes: Sequence[PassBase], context: Optional[PassContext] = None,
+                 auto_solve_conflict: bool = True) -> None:
         self._context = PassContext() if context is None else context
         if auto_solve_conflict:
             self._passes = self._compatible(passes)
@@ -177,19 +186,20 @@ class PassManager:
                 kept.append(p)
         return kept
 
-    def apply(self, main_programs, startup_programs):
+    def apply(self, main_programs: Sequence[Program],
+              startup_programs: Sequence[Optional[Program]]) -> PassContext:
         for p in self._passes:
             self._context = p.apply(main_programs, startup_programs, self._context)
         return self._context
 
     @property
-    def context(self):
+    def context(self) -> PassContext:
         return self._context
 
     @property
-    def names(self):
+    def names(self) -> List[str]:
         return [p.name for p in self._passes]
 
     @property
-    def passes(self):
+    def passes(self) -> Tuple[PassBase, ...]:
         return tuple(self._passes)

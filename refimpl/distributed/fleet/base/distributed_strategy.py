@@ -35,9 +35,12 @@ is a no-op (refimpl has none of those flags). Additions: ``to_dict`` /
 ``from_dict`` and ``to_json`` / ``from_json`` (a lossless round trip), and
 ``_unimplemented_enabled()``, the enabled settings refimpl cannot apply.
 """
+from __future__ import annotations
+
 import copy
 import json
 import logging
+from typing import Any, Dict, List, Optional
 
 from refimpl.core.errors import InvalidArgument
 from refimpl.static.build_strategy import BuildStrategy, ReduceStrategy
@@ -175,12 +178,12 @@ class DistributedStrategy:
                                   lambda flag: InvalidArgumentType("fp16_allreduce must be value of bool type"))
 
     @property
-    def last_comm_group_size_MB(self):
+    def last_comm_group_size_MB(self) -> float:
         return self.strategy.get("last_comm_group_size_MB")
 
     @last_comm_group_size_MB.setter
     @_breaks_strict_auto
-    def last_comm_group_size_MB(self, value):
+    def last_comm_group_size_MB(self, value: float) -> None:
         if not value > 0:
             raise InvalidArgument("last_comm_group_size_MB should be greater than 0")
         self.strategy.set("last_comm_group_size_MB", value)
@@ -204,12 +207,12 @@ class DistributedStrategy:
     qat_configs = _configs("qat_configs", strict=False)
 
     @property
-    def hybrid_configs(self):
+    def hybrid_configs(self) -> Dict[str, Any]:
         """Degrees of data/model/pipeline/sharding/sep parallelism and their nested configs."""
         return self.strategy.get("hybrid_configs").to_dict()
 
     @hybrid_configs.setter
-    def hybrid_configs(self, configs):
+    def hybrid_configs(self, configs: Dict[str, Any]) -> None:
         configs = copy.deepcopy(configs)  # never touch the caller's dict
         if "order" in configs:
             self.hybrid_parallel_order = configs.pop("order")
@@ -226,7 +229,7 @@ class DistributedStrategy:
         assign(msg, configs)
 
     @property
-    def build_strategy(self):
+    def build_strategy(self) -> BuildStrategy:
         """A new :class:`BuildStrategy` holding the fields stored in the strategy."""
         bs = BuildStrategy()
         for name, value in self.strategy.get("build_strategy").to_dict().items():
@@ -235,7 +238,7 @@ class DistributedStrategy:
 
     @build_strategy.setter
     @_breaks_strict_auto
-    def build_strategy(self, build_strategy):
+    def build_strategy(self, build_strategy: BuildStrategy) -> None:
         msg = self.strategy.get("build_strategy")
         for name, f in msg.fields.items():  # copies every field the message has, as Paddle does
             value = getattr(build_strategy, name)
@@ -245,13 +248,13 @@ class DistributedStrategy:
                 msg.set(name, int(value) if name == "reduce_strategy" else value)
 
     @property
-    def sparse_table_configs(self):
+    def sparse_table_configs(self) -> List[Dict[str, Any]]:
         """The parameter-server tables (``downpour_table_param``), as dicts."""
         return [t.to_dict() for t in self.strategy.get("downpour_table_param")]
 
     @sparse_table_configs.setter
     @_breaks_strict_auto
-    def sparse_table_configs(self, configs):
+    def sparse_table_configs(self, configs: Optional[Dict[str, Any]]) -> None:
         if not configs:
             logger.info("table configs is empty")
         self.strategy.get("downpour_table_param").extend(sparse_tables(configs or {}))
@@ -259,7 +262,7 @@ class DistributedStrategy:
     fleet_desc_configs = property(sparse_table_configs.fget, doc="The parameter-server tables, as dicts.")
 
     @fleet_desc_configs.setter
-    def fleet_desc_configs(self, configs):
+    def fleet_desc_configs(self, configs: Optional[Dict[str, Any]]) -> None:
         if not configs:
             logger.info("fleet desc config is empty")
         self.strategy.get("downpour_table_param").extend(fleet_desc_tables(configs or {}))
@@ -272,25 +275,25 @@ class DistributedStrategy:
     def _enable_env(self):
         """Paddle copies a few settings into global flags here; refimpl has none of those flags."""
 
-    def save_to_prototxt(self, output):
+    def save_to_prototxt(self, output: str) -> None:
         """Write the set fields in protobuf text format (Paddle's prototxt)."""
         with open(output, "w") as f:
             f.write(to_text(self.strategy))
 
-    def load_from_prototxt(self, pb_file):
+    def load_from_prototxt(self, pb_file: str) -> None:
         """Merge a prototxt written by Paddle or :meth:`save_to_prototxt` into this strategy."""
         with open(pb_file) as f:
             parse_text(self.strategy, f.read())
 
     # ---- refimpl additions -------------------------------------------------------------------
-    def to_dict(self, only_set=True):
+    def to_dict(self, only_set: bool = True) -> Dict[str, Any]:
         """The settings as plain data (``only_set``: just the fields that were set, like prototxt)."""
         return {"strategy": self.strategy.to_dict(only_set=only_set),
                 "hybrid_parallel_order": list(self.hybrid_parallel_order),
                 "sync_param_name": list(self.sync_param_name)}
 
     @classmethod
-    def from_dict(cls, data):
+    def from_dict(cls, data: Dict[str, Any]) -> DistributedStrategy:
         """A new strategy from :meth:`to_dict` output."""
         s = cls()
         merge_dict(s.strategy, data.get("strategy", {}))
@@ -299,11 +302,11 @@ class DistributedStrategy:
                 setattr(s, key, list(data[key]))
         return s
 
-    def to_json(self, only_set=True, **dump_kwargs):
+    def to_json(self, only_set: bool = True, **dump_kwargs: Any) -> str:
         return json.dumps(self.to_dict(only_set), **dump_kwargs)
 
     @classmethod
-    def from_json(cls, text):
+    def from_json(cls, text: str) -> DistributedStrategy:
         return cls.from_dict(json.loads(text))
 
     def _unimplemented_enabled(self, is_collective=True):

@@ -15,7 +15,10 @@ Under MPI, generating the role gathers the host names (a collective call),
 so it must happen on every rank (``fleet.init`` does). Endpoints are made up
 as ``host:6170+local rank``; refimpl never connects to them.
 """
+from __future__ import annotations
+
 import os
+from typing import Any
 
 from refimpl.core.errors import Unimplemented
 
@@ -28,7 +31,7 @@ class MPIRoleMaker(PaddleCloudRoleMaker):
     ``_rank_source()`` says where the answer came from.
     """
 
-    def __init__(self, is_collective=True, **kwargs):
+    def __init__(self, is_collective: bool = True, **kwargs: Any) -> None:
         if not is_collective:
             raise Unimplemented("MPIRoleMaker is collective only; for parameter-server mode use PaddleCloudRoleMaker "
                                 "(python -m refimpl.distributed.launch --server_num S --worker_num W)")

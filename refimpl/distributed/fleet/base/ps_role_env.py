@@ -15,13 +15,19 @@ variable; an XPU heter worker's device is ``xpu:<FLAGS_selected_xpus>``
 (Paddle compares the device instead of its type and leaves ``cpu``); the
 prints go to the ``refimpl.distributed.fleet`` logger.
 """
+from __future__ import annotations
+
 import logging
 import os
 import re
+from typing import TYPE_CHECKING
 
 from refimpl.core.errors import InvalidArgument
 
 from .compat_errors import InvalidArgumentAssertion
+
+if TYPE_CHECKING:
+    from .role_maker import PaddleCloudRoleMaker
 
 logger = logging.getLogger("refimpl.distributed.fleet")
 TRAINING_ROLES = ("TRAINER", "PSERVER", "HETER_TRAINER", "COORDINATOR")
@@ -46,7 +52,7 @@ def _stages(rm):
     rm._stage_trainers = tuple(int(x) for x in re.findall(r"\d+", _required("PADDLE_STAGE_TRAINERS_NUM")))
 
 
-def parse_ps_env(rm):
+def parse_ps_env(rm: PaddleCloudRoleMaker) -> None:
     """Fill the role maker ``rm`` from the parameter-server environment."""
     from .role_maker import Role, env_int, getenv_or_backup
     servers = os.getenv("PADDLE_PSERVERS_IP_PORT_LIST")

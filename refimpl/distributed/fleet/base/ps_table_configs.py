@@ -13,6 +13,10 @@ Difference: refimpl has no parameter server, so ``fleet_desc_configs``
 records only the table name, class, shard count and accessor class and
 sizes; Paddle also fills the accessor's coefficients and SGD rules.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
 from refimpl.core.errors import InvalidArgument
 
 from .strategy_message import Message
@@ -35,7 +39,7 @@ ACCESSOR_CLASSES = ("DownpourSparseValueAccessor", "DownpourCtrAccessor", "Downp
                      "DownpourUnitAccessor", "DownpourDoubleUnitAccessor", "DownpourCtrDymfAccessor")
 
 
-def sparse_tables(configs):
+def sparse_tables(configs: Dict[str, Any]) -> List[Message]:
     """One ``TableParameter`` per table of Paddle's flat ``sparse_table_configs`` dict."""
     tables = []
     for name, flat in configs.items():
@@ -64,7 +68,7 @@ def _fill(msg, prefix, flat, index=0):
                 msg.set(name, value[index] if type(value) is list else value)
 
 
-def fleet_desc_tables(configs):
+def fleet_desc_tables(configs: Dict[str, Any]) -> List[Message]:
     """One ``TableParameter`` per sparse table of ``fleet_desc_configs`` (dense/datanorm tables are skipped)."""
     tables = []
     for name, config in configs.items():

@@ -28,10 +28,13 @@ Differences:
   when the ``PADDLE_*`` variables are absent, takes the rank and size from
   the in-process rank running the code or from MPI.
 """
+from __future__ import annotations
+
 import functools
 import json
 import logging
 import os
+from typing import Any, Optional
 
 import numpy as np
 
@@ -54,7 +57,7 @@ class Role:
     COORDINATOR = 5
 
 
-def getenv_or_backup(name, default=None):
+def getenv_or_backup(name: str, default: Optional[str] = None) -> Optional[str]:
     """``os.environ[name]``, else the value in the JSON file ``PADDLE_BACKUP_ENV_PATH`` names, else ``default``.
 
     Paddle reads the backup file once per process; refimpl reads it on each
@@ -70,7 +73,7 @@ def getenv_or_backup(name, default=None):
         return json.load(f).get(name, default)
 
 
-def env_int(name, text):
+def env_int(name: str, text: str) -> int:
     """``int(text)`` for an environment variable, naming it when it is not an integer."""
     try:
         return int(text)
@@ -116,7 +119,7 @@ class RoleMakerBase:
     def _get_pserver_endpoints(self):
         return self._server_endpoints
 
-    def to_string(self):
+    def to_string(self) -> str:
         return (f"role: {self._role}, current_id: {self._current_id}, worker_endpoints: "
                 f"{self._worker_endpoints}, server_endpoints: {self._server_endpoints}")
 
@@ -160,7 +163,7 @@ class PaddleCloudRoleMaker(RoleMakerBase):
     ``PADDLE_TRAINERS_NUM``, ``POD_IP``, ``PADDLE_PORT`` ...).
     """
 
-    def __init__(self, is_collective=False, **kwargs):
+    def __init__(self, is_collective: bool = False, **kwargs: Any) -> None:
         super().__init__()
         self._is_collective = is_collective
         self._non_distributed = False
@@ -365,7 +368,7 @@ class PaddleCloudRoleMaker(RoleMakerBase):
 class UserDefinedRoleMaker(PaddleCloudRoleMaker):
     """The role from arguments: ``current_id``, ``role``, ``worker_num``, ``worker_endpoints``, ``server_endpoints``."""
 
-    def __init__(self, is_collective=False, init_gloo=False, **kwargs):
+    def __init__(self, is_collective: bool = False, init_gloo: bool = False, **kwargs: Any) -> None:
         super().__init__(is_collective=is_collective, init_gloo=init_gloo, **kwargs)
         self._init_gloo = init_gloo
 

@@ -23,9 +23,12 @@ repeated message field filled from a list of dicts gets those dicts' values
 proto2, a field remembers whether it was set, for the text format
 (``to_text`` / ``parse_text``, Paddle's prototxt).
 """
+from __future__ import annotations
+
 import codecs
 import operator
 import re
+from typing import Any, Dict, Iterable, List, Optional
 
 import numpy as np
 
@@ -44,7 +47,7 @@ class Field:
 
     __slots__ = ("name", "type", "repeated", "default", "message")
 
-    def __init__(self, spec):
+    def __init__(self, spec: Any) -> None:
         self.name, kind = spec[0], spec[1]
         self.repeated = kind.endswith("*")
         self.type = kind.rstrip("*")
@@ -55,7 +58,7 @@ class Field:
 _FIELDS = {}
 
 
-def fields_of(type_name):
+def fields_of(type_name: str) -> Dict[str, Field]:
     """The :class:`Field` list of message ``type_name`` (in field-number order)."""
     if type_name not in _FIELDS:
         _FIELDS[type_name] = {f.name: f for f in (Field(spec) for spec in MESSAGES[type_name])}
@@ -67,7 +70,7 @@ def _f32(x):
         return float(np.float32(x))
 
 
-def convert_scalar(kind, value, where):
+def convert_scalar(kind: str, value: Any, where: str) -> Any:
     """``value`` as protobuf would store it in a field of type ``kind``; ``where`` names the field."""
     if kind in _INT_RANGES:
         if isinstance(value, (bool, np.bool_)):
@@ -112,7 +115,7 @@ class Message:
 
     __slots__ = ("type_name", "_data", "_touched")
 
-    def __init__(self, type_name, values=None):
+    def __init__(self, type_name: str, values: Optional[Dict[str, Any]] = None) -> None:
         if type_name not in MESSAGES:
             raise InvalidArgument(f"unknown message type {type_name!r}")
         self.type_name, self._data = type_name, {}
@@ -121,16 +124,16 @@ class Message:
             merge_dict(self, values)
 
     @property
-    def fields(self):
+    def fields(self) -> Dict[str, Field]:
         return fields_of(self.type_name)
 
-    def field(self, name):
+    def field(self, name: str) -> Field:
         f = self.fields.get(name)
         if f is None:
             raise InvalidArgumentAttribute(f"{self.type_name} has no field {name!r}")
         return f
 
-    def get(self, name):
+    def get(self, name: str) -> Any:
         """The value of ``name``: a scalar, a ``Message`` or a list (the stored one: mutate with care)."""
         f = self.field(name)
         if name not in self._data:
@@ -142,7 +145,7 @@ class Message:
                 return f.default
         return self._data[name]
 
-    def set(self, name, value):
+    def set(self, name: str, value: Any) -> None:
         """Set a singular scalar field (protobuf's ``setattr``)."""
         f = self.field(name)
         self._touched = True
@@ -155,7 +158,7 @@ class Message:
                                            f"set its keys one by one)")
         self._data[name] = convert_scalar(f.type, value, f"{self.type_name}.{name}")
 
-    def extend(self, name, values):
+    def extend(self, name: str, values: Iterable[Any]) -> None:
         """Append ``values`` to a repeated field (items of a message field may be dicts)."""
         f = self.field(name)
         self._touched = True
@@ -170,20 +173,20 @@ class Message:
             items = [convert_scalar(f.type, v, f"{self.type_name}.{name}") for v in items]
         self.get(name).extend(items)
 
-    def has(self, name):
+    def has(self, name: str) -> bool:
         """Whether ``name`` was set (a nested message: whether any of its fields was)."""
         v = self._data.get(name)
         if isinstance(v, Message):
             return v.has_any()
         return bool(v) if isinstance(v, list) else name in self._data
 
-    def has_any(self):
+    def has_any(self) -> bool:
         return self._touched or any(self.has(n) for n in self._data)
 
-    def clear(self, name):
+    def clear(self, name: str) -> None:
         self._data.pop(name, None)
 
-    def to_dict(self, only_set=False):
+    def to_dict(self, only_set: bool = False) -> Dict[str, Any]:
         """Every field (``only_set``: the set ones): nested messages as dicts, repeated fields as lists."""
         out = {}
         for name, f in self.fields.items():
@@ -208,14 +211,14 @@ class Message:
 
 
 # ---- Paddle's dict helpers -----------------------------------------------------
-def check_keys(msg, config, label):
+def check_keys(msg: Message, config: Dict[str, Any], label: str) -> None:
     """Paddle's ``check_configs_key``: every key of ``config`` must be a field of ``msg``."""
     for key in config:
         if key not in msg.fields:
             raise InvalidArgumentAssertion(f"key:{key} not in {label} (the keys are: {', '.join(msg.fields)})")
 
 
-def assign(msg, config):
+def assign(msg: Message, config: Dict[str, Any]) -> None:
     """Paddle's ``assign_configs_value``: set scalars, extend repeated fields, in ``config`` order.
 
     Keys that are not fields are skipped; ``None`` for a repeated field is
@@ -231,7 +234,7 @@ def assign(msg, config):
             msg.set(key, value)
 
 
-def merge_dict(msg, data):
+def merge_dict(msg: Message, data: Dict[str, Any]) -> None:
     """Set ``msg`` from a (possibly partial) dict like ``to_dict()``: nested dicts recurse, lists replace."""
     for key, value in data.items():
         f = msg.field(key)
@@ -278,7 +281,7 @@ def _format(f, v):
     return str(v)
 
 
-def to_text(msg, indent=0):
+def to_text(msg: Message, indent: int = 0) -> str:
     """Protobuf text format of the set fields of ``msg`` (``str(message)`` in Paddle)."""
     pad, out = " " * indent, []
     for name, v in msg._set_items():
@@ -297,7 +300,7 @@ _TOKEN = re.compile(r"""\s+ | \#[^\n]*                        # blanks and comme
                                  | [^\s{}:<>;,\[\]"']+ )          # names and numbers""", re.VERBOSE)
 
 
-def parse_text(msg, text):
+def parse_text(msg: Message, text: str) -> Message:
     """Merge protobuf text format into ``msg`` (Paddle's ``load_from_prototxt``)."""
     toks, pos = [], 0
     while pos < len(text):

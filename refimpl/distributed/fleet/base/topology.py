@@ -24,16 +24,22 @@ module-wide ``_HYBRID_PARALLEL_GROUP`` is one per rank here
 (:func:`get_hybrid_communicate_group`), since in-process ranks share the
 module. No NCCL configs; no warm-up all_reduce on the pipe group.
 """
+from __future__ import annotations
+
 import collections
 import itertools
 import logging
 import math
 import os
+from typing import Any, Dict, List, Optional, Sequence, TYPE_CHECKING, Tuple
 import weakref
 
 from refimpl.core.errors import InvalidArgument
 
 from .compat_errors import InvalidArgumentAssertion, InvalidArgumentType, OutOfRangeAssertion, PreconditionAssertion
+
+if TYPE_CHECKING:
+    from refimpl.distributed.collective import Group
 
 logger = logging.getLogger("refimpl.distributed.fleet")
 _HCG_BY_RANK = weakref.WeakKeyDictionary()  # rank context -> its HybridCommunicateGroup
@@ -52,8 +58,9 @@ class ParallelMode:
 class CommunicateTopology:
     """``prod(dims)`` ranks on a grid with one named axis per entry of ``hybrid_group_names``."""
 
-    def __init__(self, hybrid_group_names=("data", "pipe", "sharding", "sep", "context", "model"),
-                 dims=(1, 1, 1, 1, 1, 1)):
+    def __init__(self,
+                 hybrid_group_names: Sequence[str] = ("data", "pipe", "sharding", "sep", "context", "model"),
+                 dims: Sequence[int] = (1, 1, 1, 1, 1, 1)) -> None:
         names, dims = list(hybrid_group_names), list(dims)
         if len(names) != len(dims):
             raise InvalidArgumentType(f"hybrid_group_names {names} and dims {dims} must have the same length; "
@@ -68,7 +75,7 @@ class CommunicateTopology:
         self._coord2rank = {c: r for r, c in enumerate(coords)}
         self._rank2coord = dict(enumerate(coords))
 
-    def get_hybrid_group_names(self):
+    def get_hybrid_group_names(self) -> List[str]:
         return self._parallel_names
 
     def _axis(self, name, assertion=False):
@@ -77,16 +84,16 @@ class CommunicateTopology:
             raise cls(f"'{name}' is not in list: the axes are {self._parallel_names}")
         return self._parallel_names.index(name)
 
-    def get_dim(self, axis_name):
+    def get_dim(self, axis_name: str) -> int:
         return self._dims[self._axis(axis_name)]
 
-    def get_dim_size(self, axis_name):
+    def get_dim_size(self, axis_name: str) -> int:
         return self._dims[self._axis(axis_name, assertion=True)]
 
-    def world_size(self):
+    def world_size(self) -> int:
         return self._world_size
 
-    def get_rank(self, **coords):
+    def get_rank(self, **coords: int) -> int:
         """The rank at a coordinate given as one keyword per axis (``get_rank(data=0, pipe=1, ...)``)."""
         if len(coords) != len(self._dims):
             raise InvalidArgumentAssertion(f"get_rank needs one coordinate per axis {self._parallel_names}, "
@@ -101,18 +108,18 @@ class CommunicateTopology:
                                       f"{dict(zip(self._parallel_names, self._dims))}")
         return self._coord2rank[key]
 
-    def get_coord(self, rank):
+    def get_coord(self, rank: int) -> Any:
         """The ``Coordinate`` (a namedtuple, one field per axis) of ``rank``."""
         if rank not in self._rank2coord:
             raise OutOfRangeAssertion(f"rank {rank} is not in the topology of {self._world_size} ranks")
         return self._rank2coord[rank]
 
-    def get_axis_list(self, axis_name, index):
+    def get_axis_list(self, axis_name: str, index: int) -> List[int]:
         """The ranks whose coordinate on ``axis_name`` is ``index``, sorted."""
         axis = self._axis(axis_name)
         return sorted(r for c, r in self._coord2rank.items() if c[axis] == index)
 
-    def get_comm_list(self, axis_name):
+    def get_comm_list(self, axis_name: str) -> List[List[int]]:
         """The groups that communicate along ``axis_name``: one list per index of the other axes."""
         axis = self._axis(axis_name, assertion=True)
         others = [i for i in range(len(self._dims)) if i != axis]
@@ -123,7 +130,7 @@ class CommunicateTopology:
                            for j in range(self._dims[axis])])
         return groups
 
-    def get_fused_ranks(self, fused_axis):
+    def get_fused_ranks(self, fused_axis: Sequence[str]) -> List[List[int]]:
         """The groups along the axes ``fused_axis`` together (ranks ordered as in ``fused_axis``)."""
         fused = [self._axis(n) for n in fused_axis]
         rest = [i for i in range(len(self._dims)) if self._parallel_names[i] not in fused_axis]
@@ -137,7 +144,7 @@ class CommunicateTopology:
             groups.append(group)
         return groups
 
-    def get_rank_from_stage(self, global_rank, **kwargs):
+    def get_rank_from_stage(self, global_rank: int, **kwargs: int) -> int:
         """The rank at ``global_rank``'s coordinate with the axes in ``kwargs`` replaced."""
         unknown = [k for k in kwargs if k not in self._parallel_names]
         if unknown:
@@ -148,7 +155,7 @@ class CommunicateTopology:
         return f"CommunicateTopology({dict(zip(self._parallel_names, self._dims))})"
 
 
-def get_hybrid_communicate_group():
+def get_hybrid_communicate_group() -> Optional[HybridCommunicateGroup]:
     """The HybridCommunicateGroup this rank created last (None if none): Paddle's ``_HYBRID_PARALLEL_GROUP``."""
     from refimpl.distributed.communication import context
     return _HCG_BY_RANK.get(context.current())
@@ -161,7 +168,8 @@ _AXES = {"data": "_dp_degree", "model": "_mp_degree", "pipe": "_pp_degree", "sha
 class HybridCommunicateGroup:
     """This rank's communication groups for a hybrid topology; every rank must create it, in the same order."""
 
-    def __init__(self, topology, hybrid_configs=None):
+    def __init__(self, topology: CommunicateTopology,
+                 hybrid_configs: Optional[Dict[str, Any]] = None) -> None:
         from refimpl.distributed import collective
         from refimpl.distributed.communication import context
         self._new_group = collective.new_group
@@ -208,7 +216,7 @@ class HybridCommunicateGroup:
                     self._pp_degree, self._dp_degree, self._sep_degree)
         _HCG_BY_RANK[context.current()] = self
 
-    def get_parallel_mode(self):
+    def get_parallel_mode(self) -> Optional[int]:
         """The ``ParallelMode`` the degrees imply (None when every degree is 1)."""
         pp, mp, sep, sharding, dp = (self._pp_degree, self._mp_degree, self._sep_degree, self._sharding_degree,
                                      self._dp_degree)
@@ -251,7 +259,7 @@ class HybridCommunicateGroup:
         size = (topo or self._topo).get_dim(parallel_method)
         return self._mine([self._topo.get_axis_list(parallel_method, i) for i in range(size)])
 
-    def create_fuse_group(self, fused_strategy_list):
+    def create_fuse_group(self, fused_strategy_list: Sequence[str]) -> Tuple[Any, Any]:
         """Groups along several axes together; this rank's (ranks, group) (lists if it is in several)."""
         if not fused_strategy_list:
             raise InvalidArgumentAssertion("the length of fused_strategy_list must be greater than 0.")
@@ -294,93 +302,93 @@ class HybridCommunicateGroup:
             raise PreconditionAssertion("prev_rank has not been inited (pp_degree is 1)")
         return self.prev_rank
 
-    def get_p2p_groups(self):
+    def get_p2p_groups(self) -> Any:
         if not self._use_four_directions:
             raise PreconditionAssertion("If you want to use four directions p2p group, set the environment "
                                         "variable PADDLE_USE_FOUR_DIRECTIONS_P2P to True.")
         return self.send_next_group, self.send_prev_group, self.recv_next_group, self.recv_prev_group
 
     # ---- getters ---------------------------------------------------------------------------------
-    def topology(self):
+    def topology(self) -> CommunicateTopology:
         return self._topo
 
-    def get_global_rank(self):
+    def get_global_rank(self) -> int:
         return self.global_rank
 
-    def get_data_parallel_rank(self):
+    def get_data_parallel_rank(self) -> int:
         return self._data_parallel_id
 
-    def get_data_parallel_world_size(self):
+    def get_data_parallel_world_size(self) -> int:
         return self._dp_degree
 
-    def get_data_parallel_group(self):
+    def get_data_parallel_group(self) -> Group:
         return self._dp_comm_group
 
-    def get_data_parallel_group_src_rank(self):
+    def get_data_parallel_group_src_rank(self) -> int:
         return self._dp_comm_group.ranks[0]
 
-    def get_model_parallel_rank(self):
+    def get_model_parallel_rank(self) -> int:
         return self._model_parallel_id
 
-    def get_model_parallel_world_size(self):
+    def get_model_parallel_world_size(self) -> int:
         return self._mp_degree
 
-    def get_model_parallel_group(self):
+    def get_model_parallel_group(self) -> Group:
         return self._mp_comm_group
 
-    def get_model_parallel_group_src_rank(self):
+    def get_model_parallel_group_src_rank(self) -> int:
         return self._mp_comm_group.ranks[0]
 
-    def get_stage_id(self):
+    def get_stage_id(self) -> int:
         return self.stage_id
 
-    def get_pipe_parallel_world_size(self):
+    def get_pipe_parallel_world_size(self) -> int:
         return self._pp_degree
 
-    def get_pipe_parallel_group(self):
+    def get_pipe_parallel_group(self) -> Group:
         return self._pp_comm_group
 
-    def get_sharding_parallel_rank(self):
+    def get_sharding_parallel_rank(self) -> int:
         return self._sharding_parallel_id
 
-    def get_sharding_parallel_world_size(self):
+    def get_sharding_parallel_world_size(self) -> int:
         return self._sharding_degree
 
-    def get_sharding_parallel_group(self):
+    def get_sharding_parallel_group(self) -> Group:
         return self._sharding_comm_group
 
-    def get_sharding_parallel_group_src_rank(self):
+    def get_sharding_parallel_group_src_rank(self) -> int:
         return self._sharding_comm_group.ranks[0]
 
-    def get_sep_parallel_rank(self):
+    def get_sep_parallel_rank(self) -> int:
         return self._sep_parallel_id
 
-    def get_sep_parallel_world_size(self):
+    def get_sep_parallel_world_size(self) -> int:
         return self._sep_degree
 
-    def get_sep_parallel_group(self):
+    def get_sep_parallel_group(self) -> Optional[Group]:
         self._check_sep_exist()
         return self._sep_comm_group
 
-    def get_sep_parallel_group_src_rank(self):
+    def get_sep_parallel_group_src_rank(self) -> int:
         self._check_sep_exist()
         return self._sep_comm_group.ranks[0]
 
-    def get_dp_sep_parallel_group(self):
+    def get_dp_sep_parallel_group(self) -> Group:
         self._check_sep_exist()
         return self._dp_sep_comm_group
 
-    def get_pp_mp_parallel_group(self):
+    def get_pp_mp_parallel_group(self) -> Group:
         self._check_sep_exist()
         return self._pp_mp_comm_group
 
-    def get_check_parallel_group(self, sharding=False):
+    def get_check_parallel_group(self, sharding: bool = False) -> Group:
         return self.sharding_check_comm_group if sharding else self._check_comm_group
 
-    def get_rank_from_stage(self, stage_id, **kwargs):
+    def get_rank_from_stage(self, stage_id: int, **kwargs: int) -> int:
         return self._topo.get_rank_from_stage(self.global_rank, pipe=stage_id, **kwargs)
 
-    def get_moe_sharding_parallel_world_size(self):
+    def get_moe_sharding_parallel_world_size(self) -> int:
         return 0
 
     def __repr__(self):

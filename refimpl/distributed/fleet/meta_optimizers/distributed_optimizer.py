@@ -18,7 +18,10 @@ PS job) none of these apply: ``minimize`` runs the inner optimizer, then
 which turns the program into this job's worker program and keeps the server
 programs for ``fleet.init_server``.
 """
+from __future__ import annotations
+
 import copy
+from typing import Any, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple
 
 from refimpl.core.errors import InvalidArgument, Unimplemented
 from refimpl.distributed import collective
@@ -26,11 +29,20 @@ from refimpl.framework.program import default_startup_program
 
 from .pipeline_optimizer import apply_pipeline
 
+if TYPE_CHECKING:
+    from refimpl.distributed.fleet.base.distributed_strategy import DistributedStrategy
+    from refimpl.distributed.fleet.fleet import Fleet
+    from refimpl.framework.operator import Operator
+    from refimpl.framework.program import Program
+    from refimpl.framework.variable import Parameter, Variable
+    from refimpl.optimizer.optimizer import Optimizer
+
 
 class DistributedOptimizer:
     """What ``fleet.distributed_optimizer(opt, strategy)`` returns."""
 
-    def __init__(self, inner_optimizer, strategy=None, fleet=None):
+    def __init__(self, inner_optimizer: Optimizer, strategy: Optional[DistributedStrategy] = None,
+                 fleet: Optional[Fleet] = None) -> None:
         from refimpl.distributed.fleet.base.distributed_strategy import DistributedStrategy
         if strategy is not None and not isinstance(strategy, DistributedStrategy):
             raise InvalidArgument(f"distributed_optimizer: strategy must be a DistributedStrategy, "
@@ -65,7 +77,10 @@ class DistributedOptimizer:
                                 f"(all such switches set: {missing})")
 
     # ---- minimize ---------------------------------------------------------------
-    def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+    def minimize(self, loss: Variable, startup_program: Optional[Program] = None,
+                 parameter_list: Optional[Sequence[Any]] = None,
+                 no_grad_set: Optional[Set[Any]] = None
+                 ) -> Tuple[List[Operator], List[Tuple[Parameter, Variable]]]:
         """Backward and update of the inner optimizer, rewritten as the strategy says."""
         if self._is_ps():
             return self._minimize_ps(loss, startup_program, parameter_list, no_grad_set)
