@@ -297,9 +297,8 @@ def test_no_need_buffer_inputs_freed_early_still_give_their_shape():
     np.testing.assert_array_equal(results[0], results[1])
 
 
-def test_a_failing_optimizer_op_leaves_every_parameter_as_it_was():
-    # the last update reads a gradient fed at run time with the wrong shape: the run must fail
-    # before the first (in-place) update, so no parameter is half-updated
+def _with_an_update_fed_its_gradient():
+    """The MLP plus a last sgd update of fc_2.b_0 whose gradient ``bad_grad`` is fed at run time."""
     main, startup, loss = build(layers=2)
     with paddle.static.program_guard(main, startup):
         g = paddle.static.data("bad_grad", [-1], "float32")
@@ -310,6 +309,13 @@ def test_a_failing_optimizer_op_leaves_every_parameter_as_it_was():
     scope = paddle.static.Scope()
     exe = paddle.static.Executor()
     exe.run(startup, scope=scope)
+    return main, loss, scope, exe
+
+
+def test_a_failing_optimizer_op_leaves_every_parameter_as_it_was():
+    # the last update reads a gradient fed at run time with the wrong shape: the run must fail
+    # before the first (in-place) update, so no parameter is half-updated
+    main, loss, scope, exe = _with_an_update_fed_its_gradient()
     before = {p.name: np.array(scope.find_var(p.name).get_tensor()) for p in main.all_parameters()}
     with pytest.raises(InvalidArgument, match=r"sgd.*shapes differ.*no optimizer update of this run"):
         exe.run(main, feed=dict(feed(), bad_grad=np.ones(7, "float32")), fetch_list=[loss], scope=scope)
@@ -322,17 +328,8 @@ def test_a_failing_optimizer_op_leaves_every_parameter_as_it_was():
 def test_the_update_whose_inputs_fail_is_the_one_named():
     """Every update's inputs are checked in one pass before the first writes; the error names the
     failing update (the last op here), not the first update of the run."""
-    main, startup, loss = build(layers=2)
-    with paddle.static.program_guard(main, startup):
-        g = paddle.static.data("bad_grad", [-1], "float32")
-        b = main.global_block()
-        b.append_op(type="sgd", inputs={"Param": b.var("fc_2.b_0"), "Grad": g,
-                                        "LearningRate": b.var("learning_rate_0")},
-                    outputs={"ParamOut": b.var("fc_2.b_0")}, attrs={"op_role": 2})
+    main, loss, scope, exe = _with_an_update_fed_its_gradient()
     last = len(main.global_block().ops) - 1
-    scope = paddle.static.Scope()
-    exe = paddle.static.Executor()
-    exe.run(startup, scope=scope)
     with pytest.raises(InvalidArgument, match=rf"block 0 op {last} \(sgd\): Param, Grad"):
         exe.run(main, feed=dict(feed(), bad_grad=np.ones(7, "float32")), fetch_list=[loss], scope=scope)
     scope.find_var("learning_rate_0").get_tensor().set(np.array([0.1, 0.2], "float32"))

@@ -173,9 +173,10 @@ def test_pass_manager():
     assert ctx is pm.context and [p.name for p in ctx.passes] == pm.names
 
 
-def test_pipeline_pass_applied_to_a_stage_program_builds_its_plan():
+def two_stage_mlp(accumulate_steps):
+    """(stage programs, startup) of a two-layer MLP with SGD, gradients accumulated over
+    ``accumulate_steps`` micro-batches, cut after its third op into two stages (one chunk each)."""
     import refimpl as paddle
-    from refimpl.distributed.passes import PassContext
     from refimpl.distributed.passes.gradient_accumulation import accumulate_gradients
     from refimpl.distributed.pipeline.partition import partition
     from refimpl.framework import Program, unique_name
@@ -185,8 +186,13 @@ def test_pipeline_pass_applied_to_a_stage_program_builds_its_plan():
         for _ in range(2):
             h = paddle.static.nn.fc(h, 4, activation="relu")
         paddle.optimizer.SGD(0.1).minimize(paddle.mean(h))
-    accumulate_gradients(main, startup, 4)
-    stage1 = partition(main, 2, cuts=[3])[1][0]
+    accumulate_gradients(main, startup, accumulate_steps)
+    return [chunks[0] for chunks in partition(main, 2, cuts=[3])], startup
+
+
+def test_pipeline_pass_applied_to_a_stage_program_builds_its_plan():
+    from refimpl.distributed.passes import PassContext
+    (_, stage1), startup = two_stage_mlp(4)
     ctx = PassContext()
     new_pass("pipeline_scheduler_1F1B", {"num_micro_batches": 4, "pp_degree": 2, "pp_stage": 1}).apply(
         [stage1], [startup], ctx)

@@ -5,13 +5,14 @@ import dataclasses
 import pytest
 from hypothesis import given, strategies as st
 
-import refimpl as paddle
 from refimpl.core.errors import InvalidArgument
 from refimpl.distributed.passes import PassContext, new_pass
 from refimpl.distributed.passes.pipeline_scheduler_pass import fthenb_schedule, vpp_schedule
 from refimpl.distributed.passes.pipeline_scheduler_pass.action import KINDS, Action, parse_job_type
 from refimpl.executor.plan import Job
-from refimpl.framework import Program, unique_name
+from refimpl.framework import Program
+
+from test_pipeline_joblists import two_stage_mlp
 
 # written out by hand: (action, its text, Paddle's job type)
 EXAMPLES = [
@@ -102,21 +103,8 @@ def test_schedules_passes_and_simulator_share_the_type():
     assert sim.timeline[0][1].action == Action("backward", 0)
 
 
-def _stage_program():
-    from refimpl.distributed.passes.gradient_accumulation import accumulate_gradients
-    from refimpl.distributed.pipeline.partition import partition
-    main, startup = Program(), Program()
-    with paddle.static.program_guard(main, startup), unique_name.guard():
-        h = paddle.static.data("x", [None, 4], "float32")
-        for _ in range(2):
-            h = paddle.static.nn.fc(h, 4, activation="relu")
-        paddle.optimizer.SGD(0.1).minimize(paddle.mean(h))
-    accumulate_gradients(main, startup, 2)
-    return partition(main, 2, cuts=[3])[0][0], startup
-
-
 def test_job_program_hook_rewrites_job_programs_before_the_plan_is_made():
-    stage0, startup = _stage_program()
+    (stage0, _), startup = two_stage_mlp(2)
     seen, replaced = [], {}
 
     def hook(job_type, program):

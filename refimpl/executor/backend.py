@@ -19,8 +19,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import numpy as np
-
 from refimpl.core import device as _core_device
 from refimpl.core.errors import InvalidArgument
 from refimpl.core.place import CPUPlace, CUDAPlace, Place

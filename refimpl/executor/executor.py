@@ -25,6 +25,7 @@ import numpy as np
 
 from refimpl import flags
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound, PreconditionNotMet
+from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.core.place import Place
 from refimpl.core.scope import Scope, global_scope
 from refimpl.core.tensor import DenseTensor
@@ -108,6 +109,7 @@ class PreparedProgram:
     take (``CompiledProgram`` gives each place its own).
     """
 
+    @paused_cyclic_gc
     def __init__(self, program: Program, scope: Scope, feed_names: Sequence[str], fetch_names: Sequence[str],
                  backend: str, gc_threshold: int, reader_device: int = 0) -> None:
         self.program = program

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Sequence, Set, TYPE_CHECKING
 
+from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.ops.registry import get_op_def
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ def block_eager_deletion_vars(block: Block, skip_vars: Iterable[str] = ()) -> Li
     return [sorted(unused.get(i, [])) for i in range(len(block.ops))]
 
 
+@paused_cyclic_gc
 def eager_deletion_vars(program: Program, skip_vars: Iterable[str] = ()) -> List[List[List[str]]]:
     """Per block, per op: the sorted names freed right after that op runs."""
     return [block_eager_deletion_vars(block, skip_vars) for block in program.blocks]

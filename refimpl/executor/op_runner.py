@@ -46,20 +46,15 @@ def writer(outs: Sequence[Any], single: bool, mem: Memory) -> Callable[[Any], No
                 mem.peak = live
         return write_one
     if len(outs) == 2 and not any(isinstance(o, list) for o in outs):  # grads of two inputs, updates
-        o1, o2 = outs
+        pair = tuple(outs)
 
         def write_two(res):
             live = mem.live
-            a = res[0]
-            if o1 is not None and a is not None:
-                old = o1._array
-                o1._array = a
-                live += a.nbytes - (old.nbytes if old is not None else 0)
-            a = res[1]
-            if o2 is not None and a is not None:
-                old = o2._array
-                o2._array = a
-                live += a.nbytes - (old.nbytes if old is not None else 0)
+            for t, a in zip(pair, res):
+                if t is not None and a is not None:
+                    old = t._array
+                    t._array = a
+                    live += a.nbytes - (old.nbytes if old is not None else 0)
             mem.live = live
             if live > mem.peak:
                 mem.peak = live

@@ -21,6 +21,7 @@ type and gets a note with the op's location and its inputs' shapes.
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence
 
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
+from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.core.scope import Scope
 from refimpl.core.tensor import DenseTensor
 from refimpl.framework.operator import Operator
@@ -52,6 +53,7 @@ class PreparedBlock:
     before that op (the executor checks in-place updates that way).
     """
 
+    @paused_cyclic_gc
     def __init__(self, program: Program, block_idx: int, scope: Scope, persist_scope: Scope,
                  backend: str = "numpy", skip_vars: Iterable[str] = (), gc_threshold: int = 0,
                  memory: Optional[Memory] = None, run_ctx: Optional[dict] = None,

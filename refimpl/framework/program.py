@@ -15,6 +15,7 @@ import threading
 from typing import Any, Dict, Iterator, List, Optional, TYPE_CHECKING
 
 from refimpl.core.errors import InvalidArgument, OutOfRange
+from refimpl.core.gc_pause import paused_cyclic_gc
 
 from .block import Block
 from .op_role import OpRole, OP_ROLE_ATTR
@@ -109,6 +110,7 @@ class Program:
         return "/" + "".join(s + "/" for s in self._name_scopes)
 
     # ---- copies and text ----------------------------------------------
+    @paused_cyclic_gc
     def clone(self, for_test: bool = False) -> Program:
         """A deep copy; with ``for_test`` backward/optimize ops are dropped and is_test set."""
         p = Program.from_dict(self.to_dict())

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple, Union
 
 from refimpl.core.errors import InvalidArgument
+from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.framework import unique_name
 from refimpl.framework.program import default_main_program, default_startup_program, device_guard, program_guard
 from refimpl.framework.variable import Variable
@@ -132,6 +133,7 @@ class Optimizer:
 
     _apply_optimize = apply_optimize
 
+    @paused_cyclic_gc
     def minimize(self, loss: Variable, startup_program: Optional[Program] = None,
                  parameters: Optional[Sequence[Union[Parameter, str]]] = None,
                  no_grad_set: Optional[Set[Any]] = None

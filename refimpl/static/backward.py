@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple, Union
 
 from refimpl.core.errors import InvalidArgument, Unimplemented
+from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.framework.op_role import OpRole, OP_DEVICE_ATTR, OP_ROLE_ATTR, OP_ROLE_VAR_ATTR
 from refimpl.framework.variable import Variable
 from refimpl.ops.grad_maker import make_grad_op_descs
@@ -150,6 +151,7 @@ def _loss_grad_desc(loss):
                       OP_DEVICE_ATTR: device, "op_namescope": ""}}
 
 
+@paused_cyclic_gc
 def append_backward(loss: Variable, parameter_list: Optional[Sequence[Union[Parameter, str]]] = None,
                     no_grad_set: Optional[Iterable[Union[Variable, str]]] = None,
                     callbacks: Optional[Sequence[Callable[..., Any]]] = None,

@@ -21,6 +21,7 @@ from typing import List, Optional, Sequence, TYPE_CHECKING, Tuple
 
 from refimpl.core.dtypes import to_vartype
 from refimpl.core.errors import InvalidArgument
+from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.framework.op_role import OP_ROLE_ATTR, OP_ROLE_VAR_ATTR, OpRole
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ def _last_writers(block, names):
     return writers
 
 
+@paused_cyclic_gc
 def accumulate_gradients(main: Program, startup: Program, k_steps: int, avg: bool = True,
                          params_grads: Optional[Sequence[Tuple[str, str]]] = None) -> List[Tuple[str, str]]:
     """Rewrite ``main``/``startup`` in place; return [(param, merge buffer name)].

@@ -31,6 +31,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, TYPE_CHECKING,
 
 from refimpl import flags
 from refimpl.core.errors import InvalidArgument, NotFound, OutOfRange, PreconditionNotMet
+from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.executor.gc_plan import no_need_buffer_inputs
 from refimpl.framework.op_role import OP_ROLE_ATTR
 from refimpl.framework.program import Program
@@ -139,6 +140,7 @@ def prune_program(program: Program, start_op_idx: int, end_op_idx: int) -> Progr
     return pruned
 
 
+@paused_cyclic_gc
 def split_program(program: Program,
                   op_indices: Sequence[int]) -> Tuple[List[Program], List[List[str]], List[List[str]]]:
     """Cut the global block before each index of ``op_indices``.
@@ -232,6 +234,7 @@ def _refused_job_types():
     return ("backward", "backward_w")
 
 
+@paused_cyclic_gc
 def set_skip_gc_vars(num_micro_batches: int, job_types: Sequence[str], sub_programs: Sequence[Program],
                      jobs: Sequence[Job]) -> Dict[str, Program]:
     """Give every job the vars it must not free because a later job of its micro-batch needs them.

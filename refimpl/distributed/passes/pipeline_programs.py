@@ -16,6 +16,7 @@ import copy
 from typing import Any, TYPE_CHECKING
 
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplemented
+from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.framework.block import Block
 from refimpl.framework.op_role import OP_ROLE_ATTR, OpRole, is_backward, is_forward, is_lr_sched, is_optimize
 from refimpl.framework.operator import Operator
@@ -99,6 +100,7 @@ def _remap_block_attrs(program):
     program.current_block_idx = 0
 
 
+@paused_cyclic_gc
 def _program_for_fthenb_and_1f1b(program, enable_send_recv_overlap=False, with_lr=False):
     """Split a training program by op role into ``[forward, backward, optimizer]`` programs.
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import codecs
 import operator
 import re
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, Optional
 
 import numpy as np
 
