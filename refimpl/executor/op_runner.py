@@ -10,6 +10,8 @@ arguments, :func:`writer` stores a kernel's results and counts their bytes
 into ``Memory``, and a failure goes to the block's ``fail`` callback, which
 raises the located error.
 """
+import functools
+import types
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from refimpl.core.tensor import DenseTensor
@@ -45,30 +47,26 @@ def writer(outs: Sequence[Any], single: bool, mem: Memory) -> Callable[[Any], No
             if live > mem.peak:
                 mem.peak = live
         return write_one
-    if len(outs) == 2 and not any(isinstance(o, list) for o in outs):  # grads of two inputs, updates
-        pair = tuple(outs)
+    # every output tensor in slot order (a duplicable slot's tensors in a row), and, when some slot
+    # is duplicable or the op has one slot, how to lay the kernel's result out the same way
+    targets = tuple(t for o in outs for t in (o if isinstance(o, list) else (o,)))
+    counts = tuple(len(o) if isinstance(o, list) else None for o in outs)  # None: a plain slot
+    flat = not single and all(n is None for n in counts)
 
-        def write_two(res):
-            live = mem.live
-            for t, a in zip(pair, res):
-                if t is not None and a is not None:
-                    old = t._array
-                    t._array = a
-                    live += a.nbytes - (old.nbytes if old is not None else 0)
-            mem.live = live
-            if live > mem.peak:
-                mem.peak = live
-        return write_two
-    slots = tuple((o, isinstance(o, list)) for o in outs)
+    def layout(res):
+        res = (res,) if single else res
+        out = []
+        for n, r in zip(counts, res):
+            if n is None:
+                out.append(r)
+            else:
+                out.extend(r if r is not None else (None,) * n)
+        return out
 
     def write(res):
-        if single:
-            res = (res,)
         live = mem.live
-        for (o, many), r in zip(slots, res):
-            if o is None or r is None:
-                continue
-            for t, a in (zip(o, r) if many else ((o, r),)):
+        for t, a in zip(targets, res if flat else layout(res)):
+            if t is not None and a is not None:
                 old = t._array
                 t._array = a
                 live += a.nbytes - (old.nbytes if old is not None else 0)
@@ -82,12 +80,13 @@ def kernel_runner(fn: Callable[..., Any], ins: Sequence[DenseTensor],
                   readers: Optional[Sequence[Callable[[], Any]]], kw: Dict[str, Any],
                   write: Callable[[Any], None], fail: Callable[[Exception], None]) -> Callable[[], None]:
     """The closure the run loop calls for one kernel op; the common arities are spelled out."""
+    call = with_attrs(fn, kw)
     if readers is None and len(ins) == 1:
         a, = ins
 
         def run1():
             try:
-                write(fn(a._array, **kw))
+                write(call(a._array))
             except Exception as exc:
                 fail(exc)
         return run1
@@ -96,7 +95,7 @@ def kernel_runner(fn: Callable[..., Any], ins: Sequence[DenseTensor],
 
         def run2():
             try:
-                write(fn(a._array, b._array, **kw))
+                write(call(a._array, b._array))
             except Exception as exc:
                 fail(exc)
         return run2
@@ -105,7 +104,7 @@ def kernel_runner(fn: Callable[..., Any], ins: Sequence[DenseTensor],
 
         def run3():
             try:
-                write(fn(a._array, b._array, c._array, **kw))
+                write(call(a._array, b._array, c._array))
             except Exception as exc:
                 fail(exc)
         return run3
@@ -114,24 +113,45 @@ def kernel_runner(fn: Callable[..., Any], ins: Sequence[DenseTensor],
 
         def run4():
             try:
-                write(fn(a._array, b._array, c._array, d._array, **kw))
+                write(call(a._array, b._array, c._array, d._array))
             except Exception as exc:
                 fail(exc)
         return run4
     if readers is None:
         def run_plain():
             try:
-                write(fn(*[t._array for t in ins], **kw))
+                write(call(*[t._array for t in ins]))
             except Exception as exc:
                 fail(exc)
         return run_plain
 
     def run():
         try:
-            write(fn(*[r() for r in readers], **kw))
+            write(call(*[r() for r in readers]))
         except Exception as exc:
             fail(exc)
     return run
+
+
+def with_attrs(fn: Callable[..., Any], kw: Dict[str, Any]) -> Callable[..., Any]:
+    """``fn`` with the op's attrs bound: called with the inputs only.
+
+    A kernel reads its attrs as keyword-only parameters (the registry's convention). Passing
+    them as ``**kw`` on every call builds a dict each time; instead a copy of the kernel
+    function whose keyword-only defaults are the op's attrs is made once, at prepare time
+    (the interpreter fills defaults without a dict). Anything that is not a plain function
+    with those keyword-only parameters gets the attrs as ``**kw``.
+    """
+    code = getattr(fn, "__code__", None)
+    if not kw or not isinstance(fn, types.FunctionType) or code is None:
+        return fn if not kw else functools.partial(fn, **kw)
+    kwonly = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+    if not set(kw) <= set(kwonly):
+        return functools.partial(fn, **kw)
+    bound = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    bound.__kwdefaults__ = dict(fn.__kwdefaults__ or {}, **kw)
+    bound.__qualname__, bound.__module__, bound.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    return bound
 
 
 def guarded(run: Callable[[], None], fail: Callable[[Exception], None]) -> Callable[[], None]:
