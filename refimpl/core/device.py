@@ -48,10 +48,6 @@ def register_converters(backend: str, to_device: Callable[[np.ndarray], Any],
     _CONVERTERS[backend] = Converters(to_device, to_host, owns)
 
 
-def has_converters(backend: str) -> bool:
-    return backend in _CONVERTERS
-
-
 def to_device(array: np.ndarray, backend: str) -> Any:
     """A host array as ``backend``'s tensor value (the identity for NumPy)."""
     conv = _CONVERTERS.get(backend)

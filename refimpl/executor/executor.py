@@ -29,6 +29,7 @@ from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.core.place import Place
 from refimpl.core.scope import Scope, global_scope
 from refimpl.core.tensor import DenseTensor
+from refimpl.framework.block import last_writers
 from refimpl.framework.operator import Operator
 from refimpl.framework.program import Program, default_main_program
 from refimpl.framework.variable import Variable
@@ -196,10 +197,9 @@ class PreparedProgram:
                 if s not in dispensable and block.tensor(n)._array is None:
                     raise PreconditionNotMet(f"{where}: input {n!r} holds no value; no optimizer update "
                                              f"of this run was applied")
-            arrays = [t._array for t in shaped]
-            shapes = {s: list(block.tensor(names[s])._array.shape) for s in spec.get("same_shape", ())
-                      if s in names and block.tensor(names[s])._array is not None}
-            if (any(a is None for a in arrays) or len({tuple(v) for v in shapes.values()}) > 1
+            arrays = {s: block.tensor(names[s])._array for s in spec.get("same_shape", ()) if s in names}
+            shapes = {s: list(a.shape) for s, a in arrays.items() if a is not None}
+            if (any(a is None for a in arrays.values()) or len({tuple(v) for v in shapes.values()}) > 1
                     or any(t._array.size != 1 for t in ones)):
                 raise InvalidArgument(f"{where}: Param, Grad and accumulator shapes differ ({shapes}) or a "
                                       f"{list(spec.get('one_value', ()))} input holds more than one value; no "
@@ -240,7 +240,7 @@ class PreparedProgram:
     def _check_inputs(self, fed):
         """Every op input must be fed, produced by an earlier op, or held by the scope."""
         block = self.program.global_block()
-        last_write = {n: i for i, op in enumerate(block.ops) for n in op.output_arg_names}
+        last_write = last_writers(block.ops)
         available = set(fed)
         for i, op in enumerate(block.ops):
             for name in op.input_arg_names:

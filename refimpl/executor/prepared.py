@@ -112,7 +112,7 @@ class PreparedBlock:
 
     # ---- ops ------------------------------------------------------------
     def _prepare_op(self, i: int, op: Operator) -> Callable[[], None]:
-        """One op as a closure: read inputs, call the kernel, write outputs (see ``_kernel_runner``)."""
+        """One op as a closure: read inputs, call the kernel, write outputs (see ``op_runner.kernel_runner``)."""
         try:
             opdef = get_op_def(op.type)
         except NotFound:

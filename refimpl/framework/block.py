@@ -9,7 +9,7 @@ program's current guards and, as Paddle does, marks every output
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Sequence, TYPE_CHECKING
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TYPE_CHECKING, TypeVar
 
 from refimpl.core.errors import AlreadyExists, InvalidArgument, NotFound
 
@@ -22,6 +22,37 @@ if TYPE_CHECKING:
 
 # control-flow ops do not pass stop_gradient from inputs to outputs
 _NO_STOP_GRADIENT_PASS = {"conditional_block", "conditional_block_grad", "while", "while_grad"}
+
+
+T = TypeVar("T")
+
+
+def splice_before(items: Sequence[T], groups: Dict[int, Sequence[T]]) -> List[T]:
+    """``items`` with each ``groups[i]`` placed before ``items[i]`` (``i == len(items)``: at the end).
+
+    One pass, where an ``insert`` per new item would move everything after it each time.
+    """
+    out: List[T] = []
+    for i, item in enumerate(items):
+        out.extend(groups.get(i, ()))
+        out.append(item)
+    out.extend(groups.get(len(items), ()))
+    return out
+
+
+def last_writers(ops: Sequence[Operator], names: Optional[Iterable[str]] = None,
+                 skip: Optional[Callable[[Operator], bool]] = None) -> Dict[str, int]:
+    """{name: index of the last op of ``ops`` that writes it}, for ``names`` (default: every name),
+    passing over the ops ``skip`` holds for; one pass over the ops."""
+    wanted = None if names is None else set(names)
+    writers: Dict[str, int] = {}
+    for i, op in enumerate(ops):
+        if skip is not None and skip(op):
+            continue
+        for n in op.output_arg_names:
+            if wanted is None or n in wanted:
+                writers[n] = i
+    return writers
 
 
 def _flatten_vars(slots):
@@ -188,12 +219,7 @@ class Block:
         """
         if not groups:
             return
-        ops = []
-        for i, op in enumerate(self.ops):
-            ops.extend(groups.get(i, ()))
-            ops.append(op)
-        ops.extend(groups.get(len(self.ops), ()))
-        self.ops[:] = ops
+        self.ops[:] = splice_before(self.ops, groups)
         self.program._bump()
 
     def _prepend_op(self, type, inputs=None, outputs=None, attrs=None, **_ignored):

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 
 from refimpl.core.errors import InvalidArgument, Unimplemented
 from refimpl.core.gc_pause import paused_cyclic_gc
+from refimpl.framework.block import last_writers, splice_before
 from refimpl.framework.op_role import OpRole, OP_DEVICE_ATTR, OP_ROLE_ATTR, OP_ROLE_VAR_ATTR
 from refimpl.framework.variable import Variable
 from refimpl.ops.grad_maker import make_grad_op_descs
@@ -110,15 +111,10 @@ def addup_repetitive_outputs(descs: List[Dict[str, Any]], block_idx: int) -> Lis
 
 def _insert_before(descs, inserts):
     """``descs`` with each ``(desc, i)`` of ``inserts`` placed before ``descs[i]`` (in their order)."""
-    before = {}
+    groups = {}
     for d, i in inserts:
-        before.setdefault(i, []).append(d)
-    out = []
-    for i, d in enumerate(descs):
-        out.extend(before.get(i, ()))
-        out.append(d)
-    out.extend(before.get(len(descs), ()))
-    return out
+        groups.setdefault(i, []).append(d)
+    return splice_before(descs, groups)
 
 
 def remove_no_grad_branch(descs: List[Dict[str, Any]], no_grad: Set[str]) -> List[Dict[str, Any]]:
@@ -204,25 +200,15 @@ def append_backward(loss: Variable, parameter_list: Optional[Sequence[Union[Para
         if p not in grad_info:
             continue
         params_and_grads.append((program.global_block().var(p), block.vars.get(grad_info[p])))
-    writers = _last_writers(block.ops, {g.name for _, g in params_and_grads if g is not None})
+    writers = last_writers(block.ops, {g.name for _, g in params_and_grads if g is not None})
     for p, g in params_and_grads:
         if g is None:
             continue
         if g.name in writers:
-            g.op = writers[g.name]
+            g.op = block.ops[writers[g.name]]
         val = [p.name, g.name] + list(g.op.attr(OP_ROLE_VAR_ATTR) if g.op.has_attr(OP_ROLE_VAR_ATTR) else [])
         g.op._set_attr(OP_ROLE_VAR_ATTR, val)
     return params_and_grads
-
-
-def _last_writers(ops, names):
-    """{name: the last of ``ops`` that writes it} for the ``names`` some op writes (one pass)."""
-    writers = {}
-    for op in ops:
-        for n in op.output_arg_names:
-            if n in names:
-                writers[n] = op
-    return writers
 
 
 def _create_grad_vars(block, start, grad_to_var):

@@ -22,6 +22,7 @@ from typing import List, Optional, Sequence, TYPE_CHECKING, Tuple
 from refimpl.core.dtypes import to_vartype
 from refimpl.core.errors import InvalidArgument
 from refimpl.core.gc_pause import paused_cyclic_gc
+from refimpl.framework.block import last_writers
 from refimpl.framework.op_role import OP_ROLE_ATTR, OP_ROLE_VAR_ATTR, OpRole
 
 if TYPE_CHECKING:
@@ -54,18 +55,6 @@ def create_merge_buffer(block: Block, startup_block: Block, param_name: str) -> 
     return merge
 
 
-def _last_writers(block, names):
-    """{grad name: index of the last non-optimizer op writing it} (one pass over the block)."""
-    writers = {}
-    for i, op in enumerate(block.ops):
-        if op.role() & OpRole.Optimize:
-            continue
-        for n in op.output_arg_names:
-            if n in names:
-                writers[n] = i
-    return writers
-
-
 @paused_cyclic_gc
 def accumulate_gradients(main: Program, startup: Program, k_steps: int, avg: bool = True,
                          params_grads: Optional[Sequence[Tuple[str, str]]] = None) -> List[Tuple[str, str]]:
@@ -81,7 +70,7 @@ def accumulate_gradients(main: Program, startup: Program, k_steps: int, avg: boo
     pairs = params_grads or params_grads_of(main)
     if not pairs:
         raise InvalidArgument("gradient accumulation: the program has no optimizer ops with op_role_var")
-    writers = _last_writers(block, {g for _, g in pairs})
+    writers = last_writers(block.ops, {g for _, g in pairs}, skip=lambda op: bool(op.role() & OpRole.Optimize))
     merged, adds = [], {}
     for p_name, g_name in pairs:
         merge = create_merge_buffer(block, sblock, p_name)
