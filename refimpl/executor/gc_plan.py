@@ -47,18 +47,18 @@ def no_need_buffer_inputs(op: Operator) -> Set[str]:
 def unused_vars(block: Block, ops: Sequence[Operator], skip_vars: Iterable[str]) -> Dict[int, List[str]]:
     """{op index: [names last used by that op]} for one block."""
     skip = set(skip_vars)
-    last_use = {}
+    last_use = {}  # every name's last use; whether it may be deleted is asked once per name, after
     for i, op in enumerate(ops):
         nnb = no_need_buffer_inputs(op)
         for name in op.input_arg_names:
-            if name not in nnb and var_can_be_deleted(name, block, skip):
+            if name not in nnb:
                 last_use[name] = i
         for name in op.output_arg_names:
-            if var_can_be_deleted(name, block, skip):
-                last_use[name] = i
+            last_use[name] = i
     result = {}
     for name, i in last_use.items():
-        result.setdefault(i, []).append(name)
+        if var_can_be_deleted(name, block, skip):
+            result.setdefault(i, []).append(name)
     return result
 
 
