@@ -24,13 +24,15 @@ from refimpl.static import io
 STEPS, STOP, DIN = 6, 3, 4
 
 
-def build(k=1, schedule=True):
-    """fc-tanh-fc regression; Adam driven by a StepDecay scheduler; optional gradient merge."""
+def build(k=1, schedule=True, dropout=False):
+    """fc-tanh-fc regression; Adam driven by a StepDecay scheduler; optional gradient merge and dropout."""
     main, startup = Program(), Program()
     with paddle.static.program_guard(main, startup), unique_name.guard():
         x = paddle.static.data("x", [None, DIN], "float32")
         y = paddle.static.data("y", [None, 1], "float32")
         h = paddle.static.nn.fc(x, 8, activation="tanh")
+        if dropout:
+            h = paddle.nn.functional.dropout(h, p=0.5)
         loss = paddle.mean(paddle.square(paddle.static.nn.fc(h, 1) - y))
         lr = paddle.optimizer.lr.StepDecay(0.05, step_size=2, gamma=0.5) if schedule else 0.05
         opt = paddle.optimizer.Adam(lr)
@@ -57,8 +59,8 @@ def assert_same(got, want):
         np.testing.assert_array_equal(got[n], want[n], err_msg=n)
 
 
-def fresh(seed, k=1, compiled=False):
-    main, startup, loss = build(k)
+def fresh(seed, k=1, compiled=False, dropout=False):
+    main, startup, loss = build(k, dropout=dropout)
     scope, exe = paddle.static.Scope(), paddle.static.Executor()
     paddle.seed(seed)
     exe.run(startup, scope=scope)
@@ -102,6 +104,39 @@ def test_resume_equals_never_stopping(tmp_path, k, compiled, how):
     assert main.lr_scheduler.state_dict() == want_lr
     if k > 1:
         assert "gradient_merge_step" in want  # the counter is part of the checkpoint (saved mid-cycle)
+
+
+@pytest.mark.parametrize("how", ["save", "persistables"])
+def test_resume_with_dropout_equals_never_stopping_bit_for_bit(tmp_path, how):
+    """The random state dropout draws from is part of the checkpoint (issue 15, part 8)."""
+    data = feeds()
+
+    def run(prog, main, loss, scope, exe, part):
+        losses = []
+        for f in part:
+            losses.append(exe.run(prog, feed=f, fetch_list=[loss], scope=scope)[0].copy())
+            main.lr_scheduler.step()
+        return losses
+
+    main, prog, loss, scope, exe = fresh(0, dropout=True)
+    want_losses = run(prog, main, loss, scope, exe, data)
+    want = persistables([main], scope)
+
+    main, prog, loss, scope, exe = fresh(0, dropout=True)
+    losses = run(prog, main, loss, scope, exe, data[:STOP])
+    if how == "save":
+        paddle.static.save(main, str(tmp_path / "ckpt"), scope=scope)
+    else:
+        paddle.static.save_persistables(exe, str(tmp_path), main, scope=scope)
+    main, prog, loss, scope, exe = fresh(123, dropout=True)  # a fresh scope, the generator re-seeded
+    if how == "save":
+        paddle.static.load(main, str(tmp_path / "ckpt"), exe, scope=scope)
+    else:
+        paddle.static.load_persistables(exe, str(tmp_path), main, scope=scope)
+    losses += run(prog, main, loss, scope, exe, data[STOP:])
+    assert_same(persistables([main], scope), want)
+    for got, wanted in zip(losses, want_losses):
+        np.testing.assert_array_equal(got, wanted)
 
 
 # ---- pipeline: each rank saves and loads its own persistables ------------------------------

@@ -1,30 +1,53 @@
 """Checkpoints: ``paddle.static.save``/``load``, ``save_persistables``/``load_persistables``,
 ``save_inference_model``/``load_inference_model``.
 
-Mirrors ``paddle/static/io.py``: ``save(program, path)`` writes the
+Mirrors ``python/paddle/static/io.py``: ``save(program, path)`` writes the
 parameters to ``path.pdparams``, the other persistables (optimizer
 accumulators, beta pows, learning rate, gradient-merge buffers and counters)
 to ``path.pdopt`` and the program to ``path.pdmodel``; ``load`` reads them
 back into the scope, naming any variable the file lacks. Differences from
 Paddle:
 
-* **No pickle.** Tensor files are NumPy ``.npz`` archives (one ``.npy`` per
-  variable, written here, read with ``np.load(allow_pickle=False)``); the
-  program is ``program/v1`` JSON (``Program.to_dict``), not a protobuf.
-* **Atomic.** Every file goes to a temporary file in the same directory,
-  is fsynced and then ``os.replace``-d over the old one, so a crash while
-  writing leaves the previous checkpoint file intact. ``save`` writes all
-  its temporaries before renaming any, which narrows (but cannot close) the
-  window in which ``.pdparams`` and ``.pdopt`` come from different saves.
-* **Checked, all or nothing.** A truncated or corrupted file raises
-  ``InvalidArgument`` naming the file; a missing file or variable raises
-  ``NotFound`` naming both; a shape or dtype that does not fit the program
-  raises ``InvalidArgument``. Everything is checked before the first
-  variable is written, so a failed load leaves the scope untouched.
+* **No pickle.** Tensor files are NumPy ``.npz`` archives
+  (``refimpl.core.npz_archive``, readable with ``np.load``); the program is
+  ``program/v1`` JSON (``Program.to_dict``), not a protobuf.
+* **Atomic, all or nothing for a reader.** Every file goes to a fsynced
+  temporary file and is renamed into place (``refimpl.core.atomic_file``),
+  so a crash leaves each file old or new, never partial. A save of several
+  files (``save``: ``.pdparams``, ``.pdopt``, ``.pdmodel``;
+  ``save_inference_model``: ``.pdmodel``, ``.pdiparams``) also commits as a
+  whole: it draws a *save id*, stamps it into each file (the archives' zip
+  comment, the inference document's ``save_id``; ``.pdmodel`` of ``save``
+  is not read back and carries none), renames the files, and renames last
+  a manifest ``<path>.manifest.json`` naming the id and each file's size.
+  A loader checks the ids of the files it reads (``atomic_file.check_set``):
+  two different ids (a kill between two renames) raise ``InvalidArgument``
+  naming both files, so a reader never pairs files of two saves; files of
+  one id are that save's whole files. Files without a stamp (an older
+  refimpl, ``write_npz``, by hand) load as they are; next to a stamped
+  file, only when the manifest commits that file's save.
+  ``save_persistables`` writes one archive, atomic by its single rename.
+* **Checked, all or nothing.** A truncated or corrupted file, a plain
+  ``.npy``, an entry whose header does not match its size raise
+  ``InvalidArgument`` naming the file and entry; a missing file or variable
+  raises ``NotFound`` naming both; a shape or dtype that does not fit the
+  program raises ``InvalidArgument``. Shapes and dtypes are checked from the
+  ``.npy`` headers before any data is read, and the saved scheduler and
+  random states are validated too, before the first variable is written:
+  a failed load leaves the scope, the scheduler and the random state as
+  they were.
 * **LR scheduler.** When the program carries an ``LRScheduler``
   (``program.lr_scheduler``), its ``state_dict()`` is stored in the
   optimizer file under ``@LR_SCHEDULER@.<key>`` and restored with
   ``set_state_dict`` (Paddle saves it separately, with ``paddle.save``).
+* **Random state.** The calling thread's global random state
+  (``refimpl.core.random.get_state``: what ``dropout`` and the other random
+  ops without a seed draw from) is stored in the optimizer file (and the
+  ``save_persistables`` archive) under ``@RANDOM_STATE@.<key>`` and restored
+  by a load of the whole checkpoint (no ``var_list``), so stopping and
+  resuming equals never stopping, bit for bit. Paddle keeps it apart
+  (``paddle.get_rng_state``); its loader would ignore these names, and a
+  checkpoint without them leaves the random state alone.
 * ``scope=`` (default ``global_scope()``) says where the variables live;
   ``main_program`` may also be a ``CompiledProgram`` or a pipeline ``Plan``
   (all of its job programs). ``save_persistables`` always writes one archive
@@ -32,14 +55,14 @@ Paddle:
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import tempfile
-from typing import Any, Callable, Dict, IO, List, Optional, Sequence, TYPE_CHECKING, Union
-import zipfile
+from typing import Any, Callable, Dict, IO, List, Mapping, Optional, Sequence, TYPE_CHECKING, Union
 
 import numpy as np
 
+from refimpl.core import atomic_file, npz_archive, random
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
 from refimpl.core.scope import global_scope
 from refimpl.framework.program import Program, default_main_program
@@ -50,101 +73,57 @@ if TYPE_CHECKING:
     from refimpl.framework.variable import Variable
 
 LR_PREFIX = "@LR_SCHEDULER@."
+RANDOM_PREFIX = "@RANDOM_STATE@."
 DEFAULT_PERSISTABLES = "__persistables__.npz"
 INFERENCE_FORMAT = "inference/v1"
 _NOT_SAVED = ("FEED_MINIBATCH", "FETCH_LIST", "READER", "RAW", "STEP_SCOPES")
+Writer = Callable[[IO[bytes]], Any]
 
 
 # ---- files ------------------------------------------------------------------
-def _temp_write(path, write):
-    """Write ``path``'s new content to a fsynced temporary file beside it; return its name."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return tmp
-
-
-def _commit(pairs):
-    """Rename every (temporary, final) pair into place, then fsync the directories."""
-    for tmp, path in pairs:
-        os.replace(tmp, path)
-    for d in {os.path.dirname(os.path.abspath(p)) for _, p in pairs}:
-        try:
-            fd = os.open(d, os.O_RDONLY)
-        except OSError:  # e.g. platforms without directory fds
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-
-
-def atomic_write_files(contents: Dict[str, Callable[[IO[bytes]], Any]]) -> None:
+def atomic_write_files(contents: Dict[str, Writer]) -> None:
     """Write {path: writer(fileobj)} so that each file is either old or new, never partial."""
-    pairs = []
-    try:
-        for path, write in contents.items():
-            pairs.append((_temp_write(path, write), path))
-    except BaseException:
-        for tmp, _ in pairs:
-            os.unlink(tmp)
-        raise
-    _commit(pairs)
+    atomic_file.write_files(contents)
 
 
-def _npz_writer(arrays):
-    def write(f):
-        with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as z:
-            for name, arr in arrays.items():
-                arr = np.asarray(arr)
-                if arr.dtype.hasobject:
-                    raise InvalidArgument(f"cannot save {name!r}: object arrays are not supported")
-                with z.open(name + ".npy", "w", force_zip64=True) as entry:
-                    np.lib.format.write_array(entry, arr, allow_pickle=False)
-    return write
+def _npz_writer(arrays: Mapping[str, np.ndarray], save_id: Optional[str] = None) -> Writer:
+    return lambda f: npz_archive.write(f, arrays, save_id)
 
 
 def write_npz(path: str, arrays: Dict[str, np.ndarray]) -> None:
-    """Write {name: array} to ``path`` atomically (a ``.npz`` archive)."""
-    atomic_write_files({path: _npz_writer(arrays)})
+    """Write {name: array} to ``path`` atomically (a ``.npz`` archive, no save id)."""
+    atomic_file.write_file(path, _npz_writer(arrays))
 
 
-def read_npz(path: str) -> Dict[str, np.ndarray]:
-    """{name: array} from an archive written by :func:`write_npz`; typed errors name the file."""
-    if not os.path.isfile(path):
-        raise NotFound(f"checkpoint file {path!r} does not exist")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (zipfile.BadZipFile, ValueError, EOFError, OSError, KeyError, zipfile.LargeZipFile) as e:
-        raise InvalidArgument(f"checkpoint file {path!r} is truncated or corrupted "
-                              f"({type(e).__name__}: {e})") from None
+def read_npz(path: str, program: Optional[Program] = None, what: str = "checkpoint file") -> Dict[str, np.ndarray]:
+    """{name: array} from an ``.npz`` archive; typed errors name the file and the entry.
+
+    With ``program``, every entry that names one of its variables must fit
+    that variable's shape and dtype, checked before any data is read (what
+    ``refimpl run --params`` needs).
+    """
+    with npz_archive.NpzReader(path, what) as r:
+        if program is not None:
+            known = {v.name: v for v in program.list_vars()}
+            _check({n: known[n] for n in r.headers if n in known}, r.headers, path)
+        return r.read()
 
 
-def _json_writer(doc):
+def _json_writer(doc: Any) -> Writer:
     return lambda f: f.write(json.dumps(doc, sort_keys=True).encode("utf-8"))
 
 
-def read_json(path: str) -> Any:
+def read_json(path: str, what: str = "model file") -> Any:
     if not os.path.isfile(path):
-        raise NotFound(f"model file {path!r} does not exist")
+        raise NotFound(f"{what} {path!r} does not exist")
     try:
         with open(path, "rb") as f:
             return json.loads(f.read().decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
-        raise InvalidArgument(f"model file {path!r} is truncated or corrupted ({e})") from None
+        raise InvalidArgument(f"{what} {path!r} is truncated or corrupted ({e})") from None
 
 
+# ---- a save of several files: stamped with one id, committed by its manifest ------------------
 # ---- which variables ----------------------------------------------------------
 def _programs(program):
     """The Programs behind ``program`` (a Program, a CompiledProgram or a pipeline Plan)."""
@@ -180,6 +159,7 @@ def _scheduler(programs):
 
 
 def _gather(variables, scope, programs=()):
+    """{name: array} of ``variables``; with ``programs``, also the LR scheduler and random states."""
     arrays = {}
     for name in variables:
         holder = scope.find_var(name)
@@ -188,45 +168,82 @@ def _gather(variables, scope, programs=()):
             raise NotFound(f"cannot save persistable variable {name!r}: the scope holds no value "
                            f"(did you run the startup program?)")
         arrays[name] = np.array(t)
-    sched = _scheduler(programs)
-    if sched is not None:
-        for k, v in sched.state_dict().items():
-            arrays[LR_PREFIX + k] = np.asarray(v)
+    if programs:
+        sched = _scheduler(programs)
+        if sched is not None:
+            for k, v in sched.state_dict().items():
+                arrays[LR_PREFIX + k] = np.asarray(v)
+        for k, v in random.get_state().items():
+            arrays[RANDOM_PREFIX + k] = v
     return arrays
 
 
-def _check(variables, arrays, path):
-    """Every variable present in ``arrays`` with a fitting shape and dtype, or a typed error."""
+# ---- checking before anything is written -------------------------------------------------------
+def _check(variables, headers, path):
+    """Every variable present in ``headers`` ({name: (shape, dtype, _)}) with a fitting shape and dtype."""
     for name, var in variables.items():
-        if name not in arrays:
+        if name not in headers:
             raise NotFound(f"variable {name!r} is not in checkpoint file {path!r}")
-        a = arrays[name]
+        shape_got, dtype_got = headers[name][0], headers[name][1]
         shape = var.shape
-        if shape is not None and (a.ndim != len(shape) or any(d >= 0 and d != s for d, s in zip(shape, a.shape))):
-            raise InvalidArgument(f"variable {name!r} in {path!r} has shape {list(a.shape)}, "
+        if shape is not None and (len(shape_got) != len(shape)
+                                  or any(d >= 0 and d != s for d, s in zip(shape, shape_got))):
+            raise InvalidArgument(f"variable {name!r} in {path!r} has shape {list(shape_got)}, "
                                   f"the program declares {list(shape)}")
-        if var.dtype is not None and var.dtype != "bfloat16" and np.dtype(var.dtype) != a.dtype:
-            raise InvalidArgument(f"variable {name!r} in {path!r} has dtype {a.dtype}, "
+        if var.dtype is not None and var.dtype != "bfloat16" and np.dtype(var.dtype) != dtype_got:
+            raise InvalidArgument(f"variable {name!r} in {path!r} has dtype {dtype_got}, "
                                   f"the program declares {var.dtype}")
 
 
-def _apply(loaded, scope, programs):
-    """Write checked arrays into ``scope``; restore the LR scheduler."""
+def _scheduler_state(sched, arrays, path):
+    """The scheduler's state from the ``@LR_SCHEDULER@`` entries of ``arrays``, each checked; None if none."""
+    if sched is None or not any(n.startswith(LR_PREFIX) for n in arrays):
+        return None
     state = {}
-    for name, a in loaded.items():
-        if name.startswith(LR_PREFIX):
-            state[name[len(LR_PREFIX):]] = a.item()
-        else:
-            scope.var(name).get_tensor().set(np.array(a))
-    sched = _scheduler(programs)
-    if sched is not None and state:
-        sched.set_state_dict(state)
+    for key, current in sched.state_dict().items():
+        name = LR_PREFIX + key
+        if name not in arrays:
+            raise NotFound(f"LR scheduler entry {name!r} is not in checkpoint file {path!r}")
+        a = arrays[name]
+        integer = isinstance(current, (int, np.integer)) and not isinstance(current, bool)
+        if a.size != 1 or a.dtype.kind not in ("iu" if integer else "iuf"):
+            raise InvalidArgument(f"LR scheduler entry {name!r} in {path!r} must be one "
+                                  f"{'integer' if integer else 'number'}, got dtype {a.dtype} shape {list(a.shape)}")
+        state[key] = type(current)(a.item()) if isinstance(current, (int, float)) else a.item()
+    return state
 
 
-def _pick(variables, arrays):
-    out = {n: arrays[n] for n in variables}
-    out.update({k: v for k, v in arrays.items() if k.startswith(LR_PREFIX)})
-    return out
+def _random_state(arrays, path):
+    entries = {n[len(RANDOM_PREFIX):]: a for n, a in arrays.items() if n.startswith(RANDOM_PREFIX)}
+    return random.check_state(entries, f"checkpoint file {path!r}", RANDOM_PREFIX) if entries else None
+
+
+def _state_names(headers):
+    return [n for n in headers if n.startswith((LR_PREFIX, RANDOM_PREFIX))]
+
+
+def _apply(values, scope, sched=None, sched_state=None, random_state=None):
+    """Write checked arrays into ``scope``; restore the LR scheduler and the random state."""
+    for name, a in values.items():
+        scope.var(name).get_tensor().set(a if a.flags.c_contiguous else np.ascontiguousarray(a))
+    if sched_state is not None:
+        sched.set_state_dict(sched_state)
+    if random_state is not None:
+        random.set_state(random_state)
+
+
+def _read_checked(readers, sched, whole):
+    """Check then read ``[(reader, variables, with_state)]``; (values, scheduler state, random state)."""
+    for r, variables, _ in readers:
+        _check(variables, r.headers, r.path)
+    values, sched_state, random_state = {}, None, None
+    for r, variables, with_state in readers:
+        arrays = r.read(list(variables) + (_state_names(r.headers) if with_state else []))
+        if with_state:
+            sched_state = _scheduler_state(sched, arrays, r.path)
+            random_state = _random_state(arrays, r.path) if whole else None
+        values.update((n, arrays[n]) for n in variables)
+    return values, sched_state, random_state
 
 
 # ---- paddle.static.save / load ---------------------------------------------------
@@ -239,37 +256,40 @@ def _prefix(model_path):
 
 def save(program: Program, model_path: str, protocol: int = 4, scope: Optional[Scope] = None,
          **configs: Any) -> None:
-    """Parameters to ``.pdparams``, other persistables to ``.pdopt``, the program to ``.pdmodel``."""
+    """Parameters to ``.pdparams``, other persistables and states to ``.pdopt``, the program to ``.pdmodel``."""
     if not isinstance(model_path, str) or not os.path.basename(model_path):
         raise InvalidArgument(f"model_path must be of the form dirname/filename, got {model_path!r}")
     programs = _programs(program)
     scope = scope if scope is not None else global_scope()
     params = _gather(_saved_vars(programs, "params"), scope)
     opt = _gather(_saved_vars(programs, "opt"), scope, programs)
-    atomic_write_files({model_path + ".pdparams": _npz_writer(params),
-                        model_path + ".pdopt": _npz_writer(opt),
-                        model_path + ".pdmodel": _json_writer(programs[0].to_dict())})
+    doc = programs[0].to_dict()
+    atomic_file.write_set(model_path, {".pdparams": lambda sid: _npz_writer(params, sid),
+                             ".pdopt": lambda sid: _npz_writer(opt, sid),
+                             ".pdmodel": lambda sid: _json_writer(doc)})
 
 
 def load(program: Program, model_path: str, executor: Optional[Executor] = None,
          var_list: Optional[Sequence[Variable]] = None, scope: Optional[Scope] = None) -> None:
-    """Read what :func:`save` wrote into ``scope``; all variables are checked before any is set."""
+    """Read what :func:`save` wrote into ``scope``; everything is checked before anything is set."""
     prefix = _prefix(model_path)
     programs = _programs(program)
     scope = scope if scope is not None else global_scope()
-    loaded = {}
-    for suffix, which in ((".pdparams", "params"), (".pdopt", "opt")):
-        variables = _saved_vars(programs, which)
-        if var_list is not None:
-            wanted = {getattr(v, "name", v) for v in var_list}
-            variables = {n: v for n, v in variables.items() if n in wanted}
-        if not variables and not (which == "opt" and _scheduler(programs)):
-            continue
-        path = prefix + suffix
-        arrays = read_npz(path)
-        _check(variables, arrays, path)
-        loaded.update(_pick(variables, arrays))
-    _apply(loaded, scope, programs)
+    sched, whole = _scheduler(programs), var_list is None
+    with contextlib.ExitStack() as stack:
+        readers = []
+        for suffix, which in ((".pdparams", "params"), (".pdopt", "opt")):
+            variables = _saved_vars(programs, which)
+            if var_list is not None:
+                wanted = {getattr(v, "name", v) for v in var_list}
+                variables = {n: v for n, v in variables.items() if n in wanted}
+            path = prefix + suffix
+            with_state = which == "opt" and (sched is not None or (whole and os.path.isfile(path)))
+            if variables or with_state:
+                readers.append((stack.enter_context(npz_archive.NpzReader(path)), variables, which == "opt"))
+        atomic_file.check_set(prefix, {r.path: r.save_id for r, _, _ in readers})
+        values, sched_state, random_state = _read_checked(readers, sched, whole)
+    _apply(values, scope, sched, sched_state, random_state)
 
 
 # ---- save_persistables / load_persistables ---------------------------------------
@@ -281,7 +301,7 @@ def _archive(dirname, filename):
 
 def save_persistables(executor: Optional[Executor], dirname: str, main_program: Optional[Program] = None,
                       filename: Optional[str] = None, scope: Optional[Scope] = None) -> None:
-    """Every persistable variable of ``main_program`` (and the LR scheduler state) to one archive."""
+    """Every persistable variable of ``main_program`` (and the LR scheduler and random states) to one archive."""
     programs = _programs(main_program)
     scope = scope if scope is not None else global_scope()
     write_npz(_archive(dirname, filename), _gather(_saved_vars(programs, "all"), scope, programs))
@@ -292,11 +312,10 @@ def load_persistables(executor: Optional[Executor], dirname: str, main_program: 
     """Read what :func:`save_persistables` wrote; all or nothing."""
     programs = _programs(main_program)
     scope = scope if scope is not None else global_scope()
-    path = _archive(dirname, filename)
-    arrays = read_npz(path)
-    variables = _saved_vars(programs, "all")
-    _check(variables, arrays, path)
-    _apply(_pick(variables, arrays), scope, programs)
+    sched = _scheduler(programs)
+    with npz_archive.NpzReader(_archive(dirname, filename)) as r:
+        values, sched_state, random_state = _read_checked([(r, _saved_vars(programs, "all"), True)], sched, True)
+    _apply(values, scope, sched, sched_state, random_state)
 
 
 # ---- inference models ---------------------------------------------------------------
@@ -335,8 +354,8 @@ def save_inference_model(path_prefix: str, feed_vars: Union[Variable, Sequence[V
     scope = scope if scope is not None else global_scope()
     params = _gather(_saved_vars([pruned], "all"), scope)
     doc = {"format": INFERENCE_FORMAT, "feed": feeds, "fetch": fetches, "program": pruned.to_dict()}
-    atomic_write_files({path_prefix + ".pdmodel": _json_writer(doc),
-                        path_prefix + ".pdiparams": _npz_writer(params)})
+    atomic_file.write_set(path_prefix, {".pdmodel": lambda sid: _json_writer(dict(doc, save_id=sid)),
+                              ".pdiparams": lambda sid: _npz_writer(params, sid)})
 
 
 def load_inference_model(path_prefix: str, executor: Optional[Executor], scope: Optional[Scope] = None,
@@ -359,9 +378,10 @@ def load_inference_model(path_prefix: str, executor: Optional[Executor], scope: 
     for n in feeds + fetches:
         if block._find_var_recursive(n) is None:
             raise NotFound(f"model file {path!r}: {n!r} is not a variable of its program")
-    params_path = path_prefix + ".pdiparams"
-    arrays = read_npz(params_path)
     variables = _saved_vars([program], "all")
-    _check(variables, arrays, params_path)
-    _apply(_pick(variables, arrays), scope if scope is not None else global_scope(), [program])
+    with npz_archive.NpzReader(path_prefix + ".pdiparams") as r:
+        model_id = doc.get("save_id") if isinstance(doc.get("save_id"), str) else None
+        atomic_file.check_set(path_prefix, {path: model_id, r.path: r.save_id})
+        values, _, _ = _read_checked([(r, variables, False)], None, False)
+    _apply(values, scope if scope is not None else global_scope())
     return [program, feeds, [block._find_var_recursive(n) for n in fetches]]

@@ -12,7 +12,13 @@ is rank ``i`` and worker ``j`` rank ``S + j``.
 
 Differences from Paddle: no brpc, no endpoints actually opened (the
 ``PADDLE_*`` endpoints only name the roles), one runtime per rank context,
-models saved as one ``.npz`` (``allow_pickle=False``).
+models saved as one ``.npz`` archive (no pickle; ``refimpl.core.npz_archive``)
+written atomically: a temporary file beside it, fsynced, renamed into place
+(``refimpl.core.atomic_file``), so a kill mid-save leaves the previous model
+loadable. :func:`load_npz` is all or nothing: a missing, truncated or
+corrupted file, a plain ``.npy``, an entry whose header does not match its
+size or (when the caller says what it expects) the table's shape and dtype
+raise a typed error naming the file and the entry before anything is used.
 """
 from __future__ import annotations
 
@@ -21,7 +27,8 @@ from typing import Any, Callable, Dict, List, Optional, TYPE_CHECKING, Tuple
 
 import numpy as np
 
-from refimpl.core.errors import InvalidArgument, PreconditionNotMet
+from refimpl.core import atomic_file, npz_archive
+from refimpl.core.errors import InvalidArgument, NotFound, PreconditionNotMet
 from refimpl.distributed.communication import DEFAULT_TIMEOUT, InProcessWorld, context
 from refimpl.distributed.communication.inprocess import run_threads
 from refimpl.ops.ps_ops import ps_runtime_of_current_rank
@@ -126,7 +133,7 @@ class PSRuntime:
             if v is not None and v.is_initialized():
                 full[full_name] = np.array(v.get_tensor())
         if dirname:
-            full.update(load_npz(dirname))
+            full.update(load_npz(dirname, expected={n: (v.shape, v.dtype) for n, v in full.items()}))
         self.server = ParameterServer(self.job, self.rm._server_index(), self.comm, exe, Scope())
         self.server.init_from(full)
 
@@ -165,17 +172,28 @@ def client_of_current_rank(what: str) -> PSClient:
 
 # ---- files --------------------------------------------------------------------------------------
 def save_npz(dirname: str, values: Dict[str, np.ndarray]) -> str:
-    os.makedirs(dirname, exist_ok=True)
+    """Write ``values`` atomically to ``dirname/persistables.npz``; return its path."""
     path = os.path.join(dirname, MODEL_FILE)
-    with open(path, "wb") as f:
-        # numpy's stub takes the ** arrays for its allow_pickle keyword
-        np.savez(f, **{k: np.asarray(v) for k, v in sorted(values.items())})  # type: ignore[arg-type]
+    arrays = {k: np.asarray(v) for k, v in sorted(values.items())}
+    atomic_file.write_file(path, lambda f: npz_archive.write(f, arrays))
     return path
 
 
-def load_npz(dirname: str) -> Dict[str, np.ndarray]:
+def load_npz(dirname: str, expected: Optional[Dict[str, Tuple[Tuple[int, ...], Any]]] = None
+             ) -> Dict[str, np.ndarray]:
+    """The arrays of a model saved by :func:`save_npz` (``dirname`` or the ``.npz`` path itself).
+
+    ``expected`` ({name: (shape, dtype)}) is checked against the entries'
+    headers before any data is read: a missing entry is ``NotFound``, another
+    shape or dtype ``InvalidArgument``.
+    """
     path = dirname if dirname.endswith(".npz") else os.path.join(dirname, MODEL_FILE)
-    if not os.path.exists(path):
-        raise InvalidArgument(f"no saved PS model at {path}")
-    with np.load(path, allow_pickle=False) as data:
-        return {k: data[k] for k in data.files}
+    with npz_archive.NpzReader(path, "saved PS model") as r:
+        for name, (shape, dtype) in (expected or {}).items():
+            got = r.headers.get(name)
+            if got is None:
+                raise NotFound(f"saved PS model {path!r} has no entry {name!r} (a table of this server)")
+            if got[0] != tuple(shape) or got[1] != np.dtype(dtype):
+                raise InvalidArgument(f"saved PS model {path!r}: entry {name!r} has shape {list(got[0])} dtype "
+                                      f"{got[1]}, the table holds shape {list(shape)} dtype {np.dtype(dtype)}")
+        return r.read()
