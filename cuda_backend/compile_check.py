@@ -22,19 +22,31 @@ gap in two steps:
 
 It needs numba-cuda's compiler libraries (``pip install "numba-cuda[cu13]"``:
 NVVM, NVRTC, nvJitLink), not a GPU or a driver.
+
+A launches file is data, not code: :func:`load_launches` checks every entry
+before anything is imported, and only modules of this package
+(``cuda_backend.*``) may be named, so a file naming ``os``, another
+package or a path is refused with ``InvalidArgument`` naming the entry.
 """
 import argparse
 import contextlib
 import importlib
 import json
 import os
+import re
 import sys
 import threading
 import time
 
 import numpy as np
 
+from refimpl.core.errors import InvalidArgument
+
 from . import OP_MODULES, device
+
+_KINDS = {"global": 3, "functor": 5, "factory": 4}  # recipe kind -> its length (see ``resolve``)
+_MODULE = re.compile(r"cuda_backend(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_QUALNAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 class CompileError(RuntimeError):
@@ -136,6 +148,41 @@ def resolve(rec):
     raise ValueError(f"compile_check: unknown recipe {rec!r}")
 
 
+def check_entry(entry, where):
+    """Raise InvalidArgument (naming ``where``) unless ``entry`` is ``[recipe, argument descriptions]``
+    whose recipe names a kernel of a ``cuda_backend`` module; nothing is imported here."""
+    if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)
+            and isinstance(entry[1], list)):
+        raise InvalidArgument(f"compile_check: {where} is not [recipe, argument types]: {entry!r:.200}")
+    rec = entry[0]
+    if not rec or rec[0] not in _KINDS or len(rec) != _KINDS[rec[0]]:
+        raise InvalidArgument(f"compile_check: {where} has an unknown recipe {rec!r:.200}; expected one of "
+                              f"{sorted(_KINDS)} with its fields (cuda_backend.compile_check.resolve)")
+    if not all(isinstance(r, (str, int)) and not isinstance(r, bool) for r in rec):
+        raise InvalidArgument(f"compile_check: {where}: recipe fields must be strings or ints: {rec!r:.200}")
+    module, qualname = rec[1], rec[2]
+    if not isinstance(module, str) or not _MODULE.fullmatch(module) or "__" in module:
+        raise InvalidArgument(f"compile_check: {where} names module {module!r:.200}; only modules of the "
+                              f"cuda_backend package are imported")
+    if not isinstance(qualname, str) or not _QUALNAME.fullmatch(qualname) or "__" in qualname:
+        raise InvalidArgument(f"compile_check: {where} names {qualname!r:.200} in {module}, which is not a "
+                              f"kernel's (dotted) name")
+
+
+def load_launches(path):
+    """The launches recorded in the JSON file ``path``, each checked by :func:`check_entry` (module docstring)."""
+    try:
+        with open(path) as f:
+            launches = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"compile_check: {path} is not JSON: {exc}") from None
+    if not isinstance(launches, list):
+        raise InvalidArgument(f"compile_check: {path} holds a {type(launches).__name__}, not a list of launches")
+    for i, entry in enumerate(launches):
+        check_entry(entry, f"entry {i} of {path}")
+    return launches
+
+
 def name_of(rec):
     return ":".join(str(r) for r in rec[1:])
 
@@ -230,8 +277,11 @@ def main(argv=None):
     ap.add_argument("--allow-unlaunched", action="store_true",
                     help="do not fail when a kernel the backend defines was never launched in the recording")
     args = ap.parse_args(argv)
-    with open(args.launches) as f:
-        launches = json.load(f)
+    try:
+        launches = load_launches(args.launches)
+    except InvalidArgument as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if not launches:
         print(f"compile_check: {args.launches} records no launches", file=sys.stderr)
         return 2

@@ -53,6 +53,17 @@ def _mpi(comm):
     return MPI.COMM_WORLD
 
 
+def broadcast_unique_id(mpi_comm, uid, root=0):
+    """Rank ``root``'s ``NcclUniqueId`` on every rank: its 128 raw bytes in one ``Bcast`` of a uint8 buffer.
+
+    All 128 bytes travel, zeros included (the id holds a socket address,
+    whose bytes are often zero), and nothing is pickled.
+    """
+    buf = np.frombuffer(bytearray(uid), np.uint8).copy()  # the structure's raw bytes, not a C string
+    mpi_comm.Bcast(buf, root=root)
+    return NcclUniqueId.from_buffer_copy(buf.tobytes())
+
+
 def _ptr(a):
     return ctypes.c_void_p(a.__cuda_array_interface__["data"][0] if a.size else 0)
 
@@ -70,8 +81,7 @@ class NcclComm:
         uid = NcclUniqueId()
         if self.rank == 0:
             self._check(self.lib.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
-        raw = self.mpi.bcast(bytes(uid.internal) if self.rank == 0 else None, root=0)
-        uid = NcclUniqueId.from_buffer_copy(raw.ljust(128, b"\0"))
+        uid = broadcast_unique_id(self.mpi, uid)
         self.comm = ctypes.c_void_p()
         cuda.select_device(self.rank % len(cuda.gpus))  # ranks share GPUs round robin
         cuda.current_context()  # NCCL joins the context numba made current

@@ -24,6 +24,7 @@ import numpy as np
 
 import refimpl as paddle
 from refimpl.distributed.pipeline.partition import even_cuts
+from refimpl.distributed.communication import DEFAULT_TIMEOUT
 from refimpl.distributed.pipeline.runner import build_pipeline, initial_values, train_in_process, train_rank
 from refimpl.framework import Program, unique_name
 
@@ -53,7 +54,8 @@ def single_device(main, startup, loss, feeds, seed):
     return losses, {p.name: np.array(scope.find_var(p.name).get_tensor()) for p in main.all_parameters()}
 
 
-def compare(schedule, ranks, m, vpp, steps=3, layers=8, seed=0, mpi_rank=None, dtype="float64"):
+def compare(schedule, ranks, m, vpp, steps=3, layers=8, seed=0, mpi_rank=None, dtype="float64",
+            timeout=DEFAULT_TIMEOUT):
     """Train both ways; return (ok, message). With ``mpi_rank`` this process is one MPI rank."""
     vpp = vpp if schedule in ("VPP", "ZBVPP") else 1
     main, startup, loss = build(layers, dtype=dtype)
@@ -61,7 +63,7 @@ def compare(schedule, ranks, m, vpp, steps=3, layers=8, seed=0, mpi_rank=None, d
     feeds = [{"x": rng.standard_normal((2 * m, 8)).astype(dtype)} for _ in range(steps)]
     pl = build_pipeline(main, startup, loss, schedule, ranks, m, vpp, cuts=even_cuts(main, ranks * vpp))
     if mpi_rank is None:
-        losses, params = train_in_process(pl, feeds, seed=seed)
+        losses, params = train_in_process(pl, feeds, seed=seed, timeout=timeout)
     else:  # this process is one rank: it checks the losses (last stage) and the parameters it owns
         losses, params = train_rank(pl, mpi_rank, feeds, initial=initial_values(pl, seed))
     ref_losses, ref_params = single_device(main, startup, loss, feeds, seed)
@@ -97,6 +99,9 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0, help="initial values and batches")
     p.add_argument("--dtype", choices=sorted(TOLERANCE), default="float64", help="the model's dtype")
     p.add_argument("--in-process", action="store_true", help="ranks as threads of this process")
+    p.add_argument("--timeout", type=float, default=None,
+                   help=f"seconds a rank waits for another before the run stops naming the rank that hung "
+                        f"(default {DEFAULT_TIMEOUT:g}; under MPI: $REFIMPL_COMM_TIMEOUT, else {DEFAULT_TIMEOUT:g})")
     p.add_argument("--backend", choices=["numpy", "cuda"], default=None,
                    help="kernels to run on (default: $REFIMPL_BACKEND, else numpy)")
     args = p.parse_args(argv)
@@ -105,7 +110,7 @@ def main(argv=None):
     mpi_rank = None
     if not args.in_process:
         import refimpl.distributed as dist
-        dist.init_parallel_env()
+        dist.init_parallel_env(timeout=args.timeout)
         if dist.get_world_size() > 1:
             mpi_rank, args.ranks = dist.get_rank(), dist.get_world_size()
     ranks = args.ranks or 2
@@ -113,7 +118,7 @@ def main(argv=None):
     for schedule in (SCHEDULES if args.schedule == "all" else [args.schedule]):
         m = args.micro_batches or (ranks if schedule == "ZBVPP" else 2 * ranks)
         ok, msg = compare(schedule, ranks, m, args.vpp, args.steps, seed=args.seed, mpi_rank=mpi_rank,
-                          dtype=args.dtype)
+                          dtype=args.dtype, timeout=args.timeout or DEFAULT_TIMEOUT)
         ok_all &= ok
         if mpi_rank in (None, 0):
             print(msg, flush=True)

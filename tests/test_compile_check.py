@@ -91,3 +91,40 @@ def test_kernels_round_the_product_and_the_sum_separately_as_numpy():
     ptx, _ = compile_check.compile_one(rec, [["array", "<f4", 1, "C"]] * 2 + [["scalar", "<f4"]] * 2, "sm_90",
                                        cubin=False)
     assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx and "fma.rn.f32" not in ptx
+
+
+# ---- a launches file is data: only cuda_backend modules are imported ---------------------------
+@pytest.mark.parametrize("entry, culprit", [
+    ([["global", "os", "system"], []], "names module 'os'"),
+    ([["global", "refimpl.x", "k"], []], "names module 'refimpl.x'"),
+    ([["global", "/tmp/evil", "k"], []], "names module '/tmp/evil'"),
+    ([["global", "cuda_backend.ops_math/../../evil", "k"], []], "names module 'cuda_backend.ops_math/../../evil'"),
+    ([["global", "cuda_backend.__main__", "k"], []], "names module 'cuda_backend.__main__'"),
+    ([["factory", "refimpl_launch_probe", "k", "<f4"], []], "names module 'refimpl_launch_probe'"),
+    ([["global", "cuda_backend.ops_math", "__class__.__init__"], []], "'__class__.__init__'"),
+    ([["exec", "cuda_backend.ops_math", "k"], []], "unknown recipe"),
+    ("not a launch", "is not [recipe, argument types]"),
+])
+def test_launches_naming_other_modules_are_refused_before_any_import(tmp_path, monkeypatch, entry, culprit):
+    """The file's second entry is bad; a module that records its import sits on sys.path."""
+    import sys as _sys
+    from refimpl.core.errors import InvalidArgument
+    probe = tmp_path / "refimpl_launch_probe.py"
+    probe.write_text("import os\nos.environ['REFIMPL_LAUNCH_PROBE_IMPORTED'] = '1'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("REFIMPL_LAUNCH_PROBE_IMPORTED", raising=False)
+    good = [["functor", "cuda_backend.ops_math", "f_add", "<f4", 1], [["array", "<f4", 1, "C"]]]
+    path = tmp_path / "launches.json"
+    path.write_text(json.dumps([good, entry]))
+    with pytest.raises(InvalidArgument) as err:
+        compile_check.load_launches(str(path))
+    assert f"entry 1 of {path}" in str(err.value) and culprit in str(err.value), str(err.value)
+    assert "REFIMPL_LAUNCH_PROBE_IMPORTED" not in os.environ and "refimpl_launch_probe" not in _sys.modules
+
+
+def test_cli_refuses_a_launches_file_naming_another_module(tmp_path):
+    path = tmp_path / "launches.json"
+    path.write_text(json.dumps([[["global", "os", "system"], [["int"]]]]))
+    r = subprocess.run([sys.executable, "-m", "cuda_backend.compile_check", str(path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and f"entry 0 of {path} names module 'os'" in r.stderr, r.stderr

@@ -6,6 +6,7 @@ flags) with a subprocess timeout, so nothing can hang. The script part is at
 the bottom: ``python tests/test_mpi.py CASE``.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,14 +23,14 @@ def mpiexec():
     return here if os.path.exists(here) else shutil.which("mpiexec")
 
 
-def launch(case, n=2, timeout=60):
+def launch(case, n=2, timeout=60, flags=()):
     pytest.importorskip("mpi4py")
     exe = mpiexec()
     if exe is None:
         pytest.fail("mpi4py is installed but mpiexec is not on PATH (pip install mpich)")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     t0 = time.monotonic()
-    p = subprocess.run([exe, "-n", str(n), sys.executable, os.path.abspath(__file__), case],
+    p = subprocess.run([exe, *flags, "-n", str(n), sys.executable, os.path.abspath(__file__), case],
                        capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     return p, time.monotonic() - t0
 
@@ -77,6 +78,29 @@ def test_hybrid_failing_thread_rank_ends_the_job():
     assert p.returncode != 0
     assert "rank 2 failed: ValueError: boom" in p.stderr, p.stderr
     assert took < 30
+
+
+# ---- a rank that exits or hangs: named, and a fixed exit status (a raise: 1, tested above) ----
+# (Hydra's -disable-auto-cleanup lets the other ranks outlive a dead one and name it; the launcher
+# passes it. A rank killed by a signal is named by the launcher: tests/test_rank_faults.py.)
+@pytest.mark.parametrize("fault, code, message", [
+    ("exit", 125, r"refimpl: rank 1 died: its process \(pid \d+ on .*\) ended while rank [023]: all_reduce on ring 0 "
+                  r"waited for it"),
+    ("hang", 124, r"refimpl: rank 1 hung: rank [023]: all_reduce on ring 0: timed out after 2 s waiting for it; "
+                  r"rank\(s\) \[0, 2, 3\] waited; rank 1 is busy outside communication"),
+])
+def test_a_faulty_rank_of_four_is_named_with_a_fixed_exit_status(fault, code, message):
+    p, took = launch(f"fault_{fault}", n=4, flags=["-disable-auto-cleanup"])
+    assert p.returncode == code, p.stdout + p.stderr
+    assert re.search(message, p.stderr), p.stderr
+    assert "rank 0 hung" not in p.stderr and "rank 2 died" not in p.stderr
+    assert took < 30
+
+
+def test_control_messages_travel_as_buffers():
+    p, _ = launch("control", n=3)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(line for line in p.stdout.splitlines() if line.startswith("OK")) == ["OK 0", "OK 1", "OK 2"]
 
 
 def test_benchmark_launches_itself_under_mpiexec():
@@ -223,6 +247,52 @@ def _case_hybrid_fail(dist, ctx):
     run_hybrid(2, fn, timeout=20)
 
 
+def _case_fault(fault):
+    def run(dist, ctx):
+        import signal
+        from refimpl.distributed.communication import init_mpi
+        init_mpi(timeout=2.0)
+        c = ctx.comm(0)
+        c.all_reduce(np.ones(2))
+        if ctx.rank == 1:
+            time.sleep(0.2)
+            if fault == "raise":
+                raise ValueError("boom")
+            if fault == "exit":
+                os._exit(3)
+            if fault == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(60)  # hang
+        c.all_reduce(np.ones(2))
+    return run
+
+
+def _case_control(dist, ctx):
+    """Host names, the NCCL id and the NCCL agreement: buffers only (no pickle), bytes intact."""
+    from refimpl.distributed.communication.mpi import all_agree
+    from refimpl.distributed.communication.mpi_monitor import allgather_text
+    from refimpl.distributed.fleet.base.mpi_role_maker import MPIRoleMaker
+    r, n, world = ctx.rank, ctx.world_size, ctx.world
+    texts = ["", "h\u00f6st-\u00e9\u4e2d" * 3, "x" * 1000][:n]
+    assert allgather_text(world.world_comm, texts[r]) == texts
+    assert all_agree(world, world.world_comm, True, "test") is True
+    assert all_agree(world, world.world_comm, r != n - 1, "test") is False
+    role = MPIRoleMaker()
+    assert role._rank_source() == "mpi" and role._worker_index() == r and role._worker_num() == n
+    assert len(set(role._get_trainer_endpoints())) == n
+    try:
+        from cuda_backend.nccl import NcclUniqueId, broadcast_unique_id
+    except ImportError:  # no numba: the CUDA backend is not installed
+        return
+    import ctypes
+    uid = NcclUniqueId()
+    if r == 0:  # zeros first and in the middle: the id must arrive whole, not cut at a NUL
+        raw = bytes([0, 7, 0, 0]) + bytes(range(1, 125))
+        ctypes.memmove(ctypes.addressof(uid), raw, 128)
+    got = broadcast_unique_id(world.world_comm, uid)
+    assert bytes(bytearray(got)) == bytes([0, 7, 0, 0]) + bytes(range(1, 125))
+
+
 def main(case):
     import refimpl.distributed as dist
     dist.init_parallel_env()
@@ -230,7 +300,8 @@ def main(case):
     ctx = context.current()
     assert ctx.backend == "mpi", ctx
     {"collectives": _case_collectives, "program": _case_program, "fail": _case_fail, "timeout": _case_timeout,
-     "hybrid": _case_hybrid, "hybrid_fail": _case_hybrid_fail}[case](dist, ctx)
+     "hybrid": _case_hybrid, "hybrid_fail": _case_hybrid_fail, "control": _case_control,
+     **{f"fault_{f}": _case_fault(f) for f in ("raise", "exit", "kill", "hang")}}[case](dist, ctx)
     sys.stdout.flush()
     os.write(1, f"OK {ctx.rank}\n".encode())  # one write: the ranks' lines must not interleave
 

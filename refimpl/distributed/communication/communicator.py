@@ -36,6 +36,11 @@ _NUMPY_REDUCE = {ReduceOp.SUM: np.add, ReduceOp.MAX: np.maximum, ReduceOp.MIN: n
 
 DEFAULT_TIMEOUT = 30.0  # seconds a rank waits for its peers before giving up
 
+# The exit status of a job refimpl ends (MPI_Abort's code, which mpiexec returns; the launcher's too):
+EXIT_FAILED = 1   # a rank raised an exception
+EXIT_HUNG = 124   # a rank did not arrive within the timeout (124, as coreutils' ``timeout``), or a deadlock
+EXIT_DIED = 125   # a rank's process ended mid-job (os._exit, a signal: the latter named by the launcher)
+
 
 class RankFailed(Unavailable):
     """Another rank of the job failed, so this one stopped.
@@ -47,6 +52,25 @@ class RankFailed(Unavailable):
                  errors: Optional[Dict[int, BaseException]] = None) -> None:
         super().__init__(message)
         self.rank, self.error, self.errors = rank, error, errors or {}
+
+
+class RankHung(RankFailed):
+    """A rank did not arrive where its peers waited for it within the timeout.
+
+    ``rank`` is the rank blamed (the first that never arrived), ``hung`` every
+    rank blamed, ``waited`` the ranks that were waiting for them, and
+    ``error`` the :class:`~refimpl.core.errors.ExecutionTimeout` of the first
+    waiter whose wait ran out. Paddle's collectives report a hang only as a
+    watchdog timeout of the waiting rank (``ProcessGroupNCCL``'s
+    ``FLAGS_nccl_blocking_wait``); here the victim's timeout is turned into a
+    verdict about the rank that did not come.
+    """
+
+    def __init__(self, message: str, rank: Optional[int] = None, error: Optional[BaseException] = None,
+                 errors: Optional[Dict[int, BaseException]] = None, hung: Sequence[int] = (),
+                 waited: Sequence[int] = ()) -> None:
+        super().__init__(message, rank, error, errors)
+        self.hung, self.waited = list(hung), list(waited)
 
 
 def reduce_op(op: Union[int, str]) -> int:

@@ -13,10 +13,21 @@ returns each rank's result. The ranks meet in an :class:`InProcessWorld`.
   that rank, on every rank.
 * **Never hangs.** A rank that raises marks the world failed; every rank
   waiting in (or later entering) a collective, send or recv stops at once
-  with :class:`RankFailed` naming the failing rank and its error, and any
-  wait longer than ``timeout`` raises ``ExecutionTimeout`` naming the ranks
-  that never arrived. ``run_in_process`` then raises ``RankFailed`` for the
-  first rank that failed.
+  with :class:`RankFailed` naming the failing rank and its error.
+  ``run_in_process`` then raises ``RankFailed`` for the first rank that failed.
+* **A hang is blamed on the rank that hung, within one timeout.** A wait
+  longer than ``timeout`` raises ``ExecutionTimeout`` in the waiter, but the
+  verdict is about the ranks it waited for: following who waits for whom
+  (a rank waiting in a recv from a rank that waits in a collective ...), the
+  ranks at the end of the chain that are not waiting are blamed
+  (``rank 1 hung: did not reach all_reduce on ring 0 (call #3) within 30 s;
+  rank(s) [0, 2, 3] waited``), or a cycle is reported as a deadlock.
+  ``run_in_process`` raises :class:`RankHung` at once, without waiting for
+  the hung ranks: a Python thread cannot be killed, so each hung rank's
+  thread is left running (a daemon thread: it does not keep the process
+  alive, and if it later reaches a collective it stops there with
+  ``RankFailed``). Paddle's collectives only time out in the waiter
+  (``ProcessGroupNCCL``'s watchdog); the blame is refimpl's.
 * ``send`` copies the array into the peer's mailbox and returns; ``recv``
   takes messages from one peer in the order they were sent.
 
@@ -34,7 +45,7 @@ import numpy as np
 
 from refimpl.core.errors import EnforceNotMet, ExecutionTimeout, InvalidArgument
 
-from .communicator import (DEFAULT_TIMEOUT, Communicator, RankFailed, ReduceOp, check_recv, check_root,
+from .communicator import (DEFAULT_TIMEOUT, Communicator, RankFailed, RankHung, ReduceOp, check_recv, check_root,
                            check_same, check_scatter_shape, meta_of, reduce_arrays, reduce_op)
 from .context import RankContext, set_current
 
@@ -61,6 +72,8 @@ class InProcessWorld:
         self.nranks, self.timeout = nranks, timeout
         self.cond = threading.Condition()
         self.failed: Optional[Tuple[int, BaseException]] = None  # (rank, exception) of the first rank that failed
+        self.verdict: Optional[RankHung] = None  # set instead of a plain failure when a wait timed out
+        self.waiting = {}             # rank -> (what it does, what the others must reach, callable: who it awaits)
         self.finished = set()         # ranks whose function returned or raised
         self.rounds = {}              # (ring_id, call number) -> _Round
         self.mail = collections.defaultdict(collections.deque)  # (ring_id, src, dst) -> arrays
@@ -87,29 +100,74 @@ class InProcessWorld:
         return self.communicator_class(self, ring_id, ranks, rank) if rank in ranks else None
 
     # ---- failure and waiting (call with self.cond held) -----------------
-    def fail(self, rank: int, exc: BaseException) -> None:
+    def fail(self, rank: int, exc: BaseException, verdict: Optional[RankHung] = None) -> None:
         with self.cond:
             if self.failed is None:
-                self.failed = (rank, exc)
+                self.failed, self.verdict = (rank, exc), verdict
             self.cond.notify_all()
 
     def raise_if_failed(self, me: int) -> None:
         if self.failed is not None and self.failed[0] != me:
             r, e = self.failed
-            raise RankFailed(f"rank {me}: stopped because rank {r} failed: {type(e).__name__}: {e}",
-                             rank=r, error=e)
+            why = f"rank {r} failed: {type(e).__name__}: {e}"
+            if self.verdict is not None:  # blame the rank that hung, not the waiter that timed out
+                r, why = self.verdict.rank if self.verdict.rank is not None else r, self.verdict.args[0]
+            raise RankFailed(f"rank {me}: stopped because {why}", rank=r, error=e)
 
     def wait(self, ready: Callable[[], Any], me: int, what: str,
-             missing: Optional[Callable[[], Any]] = None) -> None:
-        """Wait until ``ready()``; stop on a failed peer or after ``timeout`` seconds."""
+             missing: Optional[Callable[[], Any]] = None, site: Optional[str] = None) -> None:
+        """Wait until ``ready()``; stop on a failed peer or after ``timeout`` seconds.
+
+        ``missing()`` gives the ranks still awaited and ``site`` says what they
+        must reach (``all_reduce on ring 0 (call #2)``), for the verdict.
+        """
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        while not ready():
-            self.raise_if_failed(me)
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                who = f"; rank(s) {missing()} never arrived" if missing else ""
-                raise ExecutionTimeout(f"{what}: timed out after {self.timeout:g} s{who}")
-            self.cond.wait(left)
+        self.waiting[me] = (what, site or what, missing or (lambda: []))
+        try:
+            while not ready():
+                self.raise_if_failed(me)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    who = f"; rank(s) {missing()} never arrived" if missing else ""
+                    exc = ExecutionTimeout(f"{what}: timed out after {self.timeout:g} s{who}")
+                    if missing:
+                        self.fail(me, exc, self._verdict(me, missing(), exc))
+                    raise exc
+                self.cond.wait(left)
+        finally:
+            del self.waiting[me]
+
+    def _verdict(self, me: int, missing: Sequence[int], exc: BaseException) -> RankHung:
+        """Who to blame when ``me`` waited ``timeout`` s for ``missing`` (see the module docstring)."""
+        sites, seen, todo = {}, set(), [(r, self.waiting[me][1]) for r in missing]
+        while todo:  # follow who waits for whom; the ranks at the ends of the chains are not waiting
+            r, site = todo.pop(0)
+            if r not in seen:
+                seen.add(r)
+                if r in self.waiting:
+                    todo.extend((m, self.waiting[r][1]) for m in self.waiting[r][2]())
+                else:
+                    sites[r] = site  # where the rank that waits for r waits
+        culprits = sorted(sites)
+        waited = sorted(r for r in self.waiting if r not in culprits)
+        t = f"{self.timeout:g} s"
+        if not culprits:
+            cycle = "; ".join(self.waiting[r][0] for r in waited)
+            return RankHung(f"deadlock: ranks {waited} all wait for each other ({cycle}); rank {me} gave up "
+                            f"after {t}", rank=list(missing)[0], error=exc, waited=waited)
+        first = culprits[0]
+        site = sites[first]
+        finished = [r for r in culprits if r in self.finished]
+        if first in finished:
+            head = f"rank(s) {finished} finished without reaching {site}" if len(finished) > 1 else \
+                f"rank {first} finished without reaching {site}"
+            msg = f"{head}; rank(s) {waited} waited ({self.waiting[me][0]}: timed out after {t})"
+        else:
+            head = f"rank(s) {culprits} hung" if len(culprits) > 1 else f"rank {first} hung"
+            msg = f"{head}: did not reach {site} within {t}; rank(s) {waited} waited"
+        if list(missing) != culprits:
+            msg += f" (rank {me} waited for rank(s) {list(missing)}, who wait in turn)"
+        return RankHung(msg, rank=first, error=exc, hung=culprits, waited=waited)
 
 
 class InProcessCommunicator(Communicator):
@@ -145,7 +203,7 @@ class InProcessCommunicator(Communicator):
             last = len(rnd.parts) == n
             if not last:
                 w.wait(lambda: rnd.done, me, f"rank {me}: {what}",
-                       lambda: [ranks[r] for r in range(n) if r not in rnd.parts])
+                       lambda: [ranks[r] for r in range(n) if r not in rnd.parts], what)
         if last:  # the parts are complete and nobody else touches the round until it is done
             self._combine(rnd, what, combine, n, ranks)
         with w.cond:
@@ -228,7 +286,7 @@ class InProcessCommunicator(Communicator):
         box = w.mail[(self.ring_id, src, me)]
         what = self.where(f"recv from peer {peer}")
         with w.cond:
-            w.wait(lambda: box, me, what, lambda: [src])
+            w.wait(lambda: box, me, what, lambda: [src], f"the send to rank {me} on ring {self.ring_id}")
             a = box.popleft()
         check_recv(a, shape, dtype, what)
         return a
@@ -285,6 +343,11 @@ def run_threads(world: InProcessWorld, ids: Sequence[int], fn: Callable[..., Any
     stuck = _wait_for_ranks(world, ids, timeout)
     if world.failed is not None:
         r, e = world.failed
+        v = world.verdict
+        if v is not None:
+            late = f"; rank(s) {stuck} did not stop (their threads are left running)" if stuck else ""
+            raise RankHung(f"{v.args[0]}{late}", rank=v.rank, error=e, errors=dict(errors), hung=v.hung,
+                           waited=v.waited) from e
         late = f"; rank(s) {stuck} did not stop in time" if stuck else ""
         raise RankFailed(f"rank {r} failed: {type(e).__name__}: {e}{late}", rank=r, error=e,
                          errors=dict(errors)) from e
@@ -292,11 +355,20 @@ def run_threads(world: InProcessWorld, ids: Sequence[int], fn: Callable[..., Any
 
 
 def _wait_for_ranks(world, ids, timeout):
-    """Wait for every thread; once a rank has failed, give the others ``timeout`` seconds to stop."""
+    """Wait for every thread; once a rank has failed, give the others ``timeout`` seconds to stop.
+
+    After a hang verdict the hung ranks are not waited for (they will not
+    stop); the others were woken by the verdict and stop at once.
+    """
     give_up = None
     try:
         with world.cond:
-            while len(world.finished) < len(ids):
+            while True:
+                pending = set(ids) - world.finished
+                if world.verdict is not None:
+                    pending -= set(world.verdict.hung)
+                if not pending:
+                    break
                 if world.failed is not None and give_up is None:
                     give_up = time.monotonic() + (DEFAULT_TIMEOUT if timeout is None else timeout)
                 if give_up is not None and time.monotonic() >= give_up:

@@ -15,14 +15,34 @@ with ``Split``. Differences from Paddle, and how it works:
   every rank instead of hanging; ``check_meta=False`` skips it.
 * ``send`` is buffered as in the in-process backend: ``Isend`` of a header
   and the data; the requests are completed later (``flush``, at exit).
-* **A failing rank ends the job.** An uncaught exception prints ``rank R
-  failed: ...`` with its traceback and calls ``MPI_Abort``, so ``mpiexec``
-  stops every rank. A watchdog thread does the same when a blocking call
-  waits longer than ``timeout`` seconds (``set_timeout``; None = for ever).
+* **A failing rank ends the job, and the message names it.** An uncaught
+  exception prints ``rank R failed: ...`` with its traceback and calls
+  ``MPI_Abort(EXIT_FAILED)``, so ``mpiexec`` stops every rank. A monitor
+  thread per rank (``mpi_monitor.Monitor``) watches this rank's blocking calls:
+  when one waits longer than ``timeout`` seconds (``set_timeout``; None =
+  for ever) it asks the other ranks of the call what they are doing, over a
+  control communicator of its own, and aborts with ``EXIT_HUNG`` naming the
+  ranks that are not waiting (``rank 1 hung: ...; rank(s) [0, 2, 3]
+  waited``), or a deadlock; when a rank of the call on this host has ended
+  (``os._exit``) it aborts within a second with ``EXIT_DIED`` naming it.
+  A rank killed by a signal makes Hydra kill the job within milliseconds,
+  with a status that depends on a race (the signal number, or 255); only
+  ``refimpl.distributed.launch``, outside the job, names that rank (and exits
+  with ``EXIT_DIED``).
+  All this needs ``mpiexec -disable-auto-cleanup``
+  (``refimpl.distributed.launch`` passes it): by default Hydra (the
+  ``mpich`` wheel's ``mpiexec``) kills every rank as soon as one process
+  dies, before anyone can say which rank it was, and returns the status of
+  whichever process it saw first. Paddle's launcher only reports the
+  failing process's exit code; the blame is refimpl's.
+* Control messages (host names, agreement on NCCL) travel as buffers too:
+  fixed-size int arrays, or UTF-8 bytes after their lengths
+  (:func:`allgather_text`); nothing in the communication layers is pickled.
 """
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import threading
 import time
@@ -33,15 +53,15 @@ import numpy as np
 
 from refimpl.core.errors import InvalidArgument
 
-from .communicator import (DEFAULT_TIMEOUT, Communicator, ReduceOp, check_recv, check_root, check_same,
+from .communicator import (DEFAULT_TIMEOUT, EXIT_FAILED, Communicator, ReduceOp, check_recv, check_root, check_same,
                            check_scatter_shape, finish_avg, gathered_shape, reduce_arrays, reduce_op)
 from .context import RankContext, set_process_context
+from .mpi_monitor import Monitor
 
 MAX_DIMS = 8
 _KINDS = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier"]
 _TAG_META = 7000  # send/recv use tags 7000 + 2 * channel (header) and the next (data)
 _MPI_REDUCIBLE = set("bBhHiIlLqQfd")  # integer and float32/64 typecodes MPI reduces natively
-
 
 def _header(kind, args, x):
     """int64[5 + MAX_DIMS]: kind, two args, dtype typecode, ndim, dims."""
@@ -63,30 +83,6 @@ def _unheader(h, nargs):
     return (kind, tuple(int(a) for a in h[1:1 + nargs]), tuple(int(d) for d in h[5:5 + h[4]]), dtype)
 
 
-class _Watchdog:
-    """Aborts the job when one blocking MPI call lasts longer than the world's timeout."""
-
-    def __init__(self, world):
-        self.world, self.pending = world, {}  # thread id -> (deadline, what, timeout)
-        threading.Thread(target=self._loop, name="refimpl-mpi-watchdog", daemon=True).start()
-
-    def arm(self, what):
-        t = self.world.timeout
-        if t is not None:
-            self.pending[threading.get_ident()] = (time.monotonic() + t, what, t)
-
-    def disarm(self):
-        self.pending.pop(threading.get_ident(), None)
-
-    def _loop(self):
-        while True:
-            time.sleep(0.1)
-            now = time.monotonic()
-            for p in list(self.pending.values()):
-                if now > p[0]:
-                    self.world.abort(f"{p[1]}: timed out after {p[2]:g} s waiting for the other ranks")
-
-
 class MPIWorld:
     """This process's rank in an MPI job, and the maker of its communicators."""
 
@@ -100,10 +96,11 @@ class MPIWorld:
         self.rank, self.nranks = self.world_comm.Get_rank(), self.world_comm.Get_size()
         self.timeout, self.check_meta = timeout, check_meta
         self.comms = []
-        self.watchdog = _Watchdog(self)
+        self.watchdog = Monitor(self)
+        self.watchdog.connect()
         if abort_on_error:
             sys.excepthook = self._excepthook
-        atexit.register(self.flush)
+        atexit.register(self._at_exit)
 
     def context(self) -> RankContext:
         return RankContext(self.rank, self.nranks, self)
@@ -130,7 +127,7 @@ class MPIWorld:
         # ring's communicator also holds an NCCL communicator, so device buffers move on the GPU
         # (see NcclRingCommunicator); otherwise (numpy backend, no GPU, the simulator, two ranks
         # on one GPU) the plain MPI communicator stages device buffers through host memory.
-        nccl = select_nccl(self, sub, ring_id, rank)
+        nccl = select_nccl(self, sub, ring_id, rank, ranks)
         if nccl is not None:
             comm: MPICommunicator = NcclRingCommunicator(self, ring_id, ranks, rank, sub, nccl)
             self.comms.append(comm)
@@ -139,9 +136,9 @@ class MPIWorld:
         self.comms.append(comm)
         return comm
 
-    def blocking(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call a blocking MPI function under the watchdog."""
-        self.watchdog.arm(what)
+    def blocking(self, what: str, fn: Callable[..., Any], *args: Any, ranks: Optional[Sequence[int]] = None) -> Any:
+        """Call a blocking MPI function under the monitor; ``ranks``: the world ranks it waits for (all)."""
+        self.watchdog.arm(what, range(self.nranks) if ranks is None else ranks)
         try:
             return fn(*args)
         finally:
@@ -152,7 +149,12 @@ class MPIWorld:
         for c in self.comms:
             c.flush()
 
-    def abort(self, message: str, code: int = 1) -> None:
+    def _at_exit(self):
+        self.flush()
+        self.watchdog.stop()  # before mpi4py finalizes MPI: the monitor makes MPI calls
+
+    def abort(self, message: str, code: int = EXIT_FAILED) -> None:
+        """Print ``refimpl: MESSAGE; aborting all ranks`` and end the job with exit status ``code``."""
         sys.stderr.write(f"refimpl: {message}; aborting all ranks\n")
         sys.stderr.flush()
         time.sleep(0.5)  # let mpiexec forward the message before MPI_Abort tears the job down
@@ -161,7 +163,7 @@ class MPIWorld:
     def _excepthook(self, exc_type, exc, tb):
         sys.stderr.write(f"refimpl: rank {self.rank} failed: {exc_type.__name__}: {exc}\n")
         traceback.print_exception(exc_type, exc, tb, file=sys.stderr)
-        self.abort(f"rank {self.rank} failed")
+        self.abort(f"rank {self.rank} failed", EXIT_FAILED)
 
 
 class MPICommunicator(Communicator):
@@ -182,7 +184,7 @@ class MPICommunicator(Communicator):
         self.table = np.empty((self.nranks, 5 + MAX_DIMS), np.int64)
 
     def _call(self, what, fn, *args):
-        return self.world.blocking(self.where(what), fn, *args)
+        return self.world.blocking(self.where(what), fn, *args, ranks=self.ranks)
 
     def _check(self, kind, args, x):
         """Every rank agrees on the call, shape and dtype (one small Allgather), else InvalidArgument."""
@@ -285,10 +287,11 @@ class MPICommunicator(Communicator):
         what = what or f"recv from peer {peer}"
         tag = _TAG_META + 2 * channel
         h = np.empty(5 + MAX_DIMS, np.int64)
-        self._call(what, self.comm.Recv, h, peer, tag)
+        where, src = self.where(what), [self.ranks[peer]]  # the monitor asks only the peer what it does
+        self.world.blocking(where, self.comm.Recv, h, peer, tag, ranks=src)
         _, _, got_shape, got_dtype = _unheader(h, 0)
         a = np.empty(got_shape, got_dtype)
-        self._call(what, self.comm.Recv, a, peer, tag + 1)
+        self.world.blocking(where, self.comm.Recv, a, peer, tag + 1, ranks=src)
         check_recv(a, shape, dtype, self.where(what))
         self._reap()
         return a
@@ -307,7 +310,7 @@ class MPICommunicator(Communicator):
 
 
 # ---- NCCL on device buffers (the cuda backend) --------------------------------------------
-def select_nccl(world: MPIWorld, sub: Any, ring_id: int, rank: int) -> Any:
+def select_nccl(world: MPIWorld, sub: Any, ring_id: int, rank: int, ranks: Optional[Sequence[int]] = None) -> Any:
     """The NCCL communicator for a group (``cuda_backend.nccl.create``), or None to stay on MPI.
 
     Only when the process's backend is "cuda" (``refimpl.set_backend`` /
@@ -316,7 +319,8 @@ def select_nccl(world: MPIWorld, sub: Any, ring_id: int, rank: int) -> Any:
     the ranks agree (a MIN all-reduce) before anyone starts the collective
     NCCL bootstrap, and again after it, so they never take different paths.
     ``create`` itself falls back to host staging when NCCL refuses (e.g. two
-    ranks on one GPU); then the MPI communicator is kept.
+    ranks on one GPU); then the MPI communicator is kept. ``ranks``: the
+    group's world ranks, those the monitor watches while the ranks agree.
     """
     from refimpl.executor.backend import get_backend
     if get_backend() != "cuda":
@@ -328,7 +332,7 @@ def select_nccl(world: MPIWorld, sub: Any, ring_id: int, rank: int) -> Any:
     what = f"rank {rank}: choosing NCCL for ring {ring_id}"
 
     def everyone(ok):
-        return bool(world.blocking(what, sub.allreduce, int(bool(ok)), world.MPI.MIN))
+        return all_agree(world, sub, ok, what, ranks)
 
     if not everyone(nccl.nccl_usable()):
         return None
@@ -337,6 +341,14 @@ def select_nccl(world: MPIWorld, sub: Any, ring_id: int, rank: int) -> Any:
         comm.close()
         return None
     return comm
+
+
+def all_agree(world: MPIWorld, comm: Any, ok: bool, what: str, ranks: Optional[Sequence[int]] = None) -> bool:
+    """Whether ``ok`` holds on every rank of ``comm`` (world ranks ``ranks``, default all): a MIN all-reduce
+    of one int32 under the monitor."""
+    flag = np.array([int(bool(ok))], np.int32)
+    world.blocking(what, comm.Allreduce, world.MPI.IN_PLACE, flag, world.MPI.MIN, ranks=ranks)
+    return bool(flag[0])
 
 
 class NcclRingCommunicator(MPICommunicator):
@@ -436,11 +448,14 @@ def init_mpi(timeout: Optional[float] = None, check_meta: bool = True,
     """Join the MPI job (once per process) and make its rank context the process's; return it.
 
     ``timeout``: seconds a blocking call may wait before the job is aborted
-    (default 30; a later call with a timeout changes it).
+    (default: ``$REFIMPL_COMM_TIMEOUT``, which ``refimpl.distributed.launch
+    --timeout`` sets, else 30; a later call with a timeout changes it).
     """
     global _world, _ctx
     if _world is None:
-        _world = MPIWorld(timeout=DEFAULT_TIMEOUT if timeout is None else timeout, check_meta=check_meta,
+        if timeout is None:
+            timeout = float(os.environ.get("REFIMPL_COMM_TIMEOUT", DEFAULT_TIMEOUT))
+        _world = MPIWorld(timeout=timeout, check_meta=check_meta,
                           abort_on_error=abort_on_error)
         _ctx = _world.context()
         # RankContext.comms is a dict; core's RankContextLike declares it a (settable) Mapping

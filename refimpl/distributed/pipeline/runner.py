@@ -22,7 +22,7 @@ import refimpl as paddle
 from refimpl.core.dtypes import to_vartype
 from refimpl.core.errors import InvalidArgument
 from refimpl.framework.op_role import OpRole
-from refimpl.distributed.communication import context, run_in_process
+from refimpl.distributed.communication import DEFAULT_TIMEOUT, context, run_in_process
 from refimpl.distributed.passes import PassContext, new_pass
 from refimpl.distributed.passes.gradient_accumulation import accumulate_gradients
 from refimpl.distributed.passes.pipeline_scheduler_pass import SCHEDULES
@@ -210,7 +210,7 @@ def train_rank(pipeline: Pipeline, rank: int, feeds: Sequence[Dict[str, np.ndarr
 
 
 def train_in_process(pipeline: Pipeline, feeds: Sequence[Dict[str, np.ndarray]], seed: int = 0,
-                     timeout: float = 60) -> Tuple[List[Optional[float]], Dict[str, np.ndarray]]:
+                     timeout: float = DEFAULT_TIMEOUT) -> Tuple[List[Optional[float]], Dict[str, np.ndarray]]:
     """Train on ``pp_degree`` in-process ranks; return (losses of the last stage, all parameters)."""
     initial = initial_values(pipeline, seed)  # once: the random state is shared by the threads
     results = run_in_process(pipeline.pp_degree, lambda: train_rank(pipeline, context.current().rank,

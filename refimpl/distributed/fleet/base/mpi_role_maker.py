@@ -54,9 +54,11 @@ class MPIRoleMaker(PaddleCloudRoleMaker):
             super()._collective_env()
         elif _under_mpiexec():
             from mpi4py import MPI
+            from refimpl.distributed.communication.mpi_monitor import allgather_text
             ctx = context.current()  # the MPI job refimpl joined, if it did
             world = ctx.world.world_comm if ctx.backend == "mpi" else MPI.COMM_WORLD
-            self._from_ranks("mpi", world.Get_rank(), world.allgather(MPI.Get_processor_name()))
+            hosts = allgather_text(world, MPI.Get_processor_name())  # buffers, not a pickled allgather
+            self._from_ranks("mpi", world.Get_rank(), hosts)
         else:
             self._source = "none"
             super()._collective_env()
