@@ -16,6 +16,9 @@ _DEFAULTS = {
     "FLAGS_fast_eager_deletion_mode": True,
     # which IR the pipeline passes assume (Paddle's default is the new IR)
     "FLAGS_enable_pir_api": True,
+    # True: the first op whose floating-point output holds NaN or Inf fails the run, named
+    # (Paddle's CheckOpHasNanOrInf; read when a program is prepared, see executor/nan_inf.py)
+    "FLAGS_check_nan_inf": False,
 }
 
 _flags = {}

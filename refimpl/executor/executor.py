@@ -7,9 +7,16 @@ persistables live in the given scope and temporaries in a kid scope the
 cache owns, and fetched values come back as NumPy copies. Differences from
 Paddle: no feed/fetch ops are inserted (the executor writes and reads the
 variables directly, and programs that already contain ``feed``/``fetch``
-ops are honoured); feed arrays are used without a copy (ops never write
-into their inputs). A run that fails midway puts back the arrays of the
+ops are honoured); a feed array is used without a copy unless the run could
+write into it (a fed persistable, which lives on in the scope, or a variable
+some op updates in place: see ``PreparedProgram._feeds_to_copy``), so a run
+never changes the caller's arrays. A feed must be numbers or booleans
+(ragged lists, strings and objects are ``InvalidArgument``), and every
+persistable the program reads must hold its declared shape and dtype when
+the program is prepared. A run that fails midway puts back the arrays of the
 persistables it replaced (see ``PreparedProgram._persistable_outputs``).
+With ``FLAGS_check_nan_inf`` set, the first op producing NaN or Inf fails
+the run (``nan_inf.py``).
 
 The path of one run, as a reader would follow it: ``Executor.run`` checks
 the feeds (:func:`check_feed`) and gets the cached :class:`PreparedProgram`,
@@ -87,11 +94,9 @@ def check_feed(program: Program, feed: Optional[Dict[str, Any]]) -> Dict[str, np
         if var is None:
             raise NotFound(f"feed {name!r} is not a variable of the program (known data vars: "
                            f"{sorted(v.name for v in block.vars.values() if v.is_data)})")
-        if isinstance(value, DenseTensor):
-            value = np.asarray(value)
-        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        arr = _feed_array(name, var, value)
         if var.dtype is not None and arr.dtype != np.dtype(var.dtype if var.dtype != "bfloat16" else "float32"):
-            if isinstance(value, np.ndarray):
+            if isinstance(value, (np.ndarray, DenseTensor)):
                 raise InvalidArgument(f"feed {name!r}: dtype {arr.dtype} does not match the variable's "
                                       f"dtype {var.dtype}")
             arr = arr.astype(var.dtype)
@@ -101,6 +106,22 @@ def check_feed(program: Program, feed: Optional[Dict[str, Any]]) -> Dict[str, np
                                       f"shape {list(var.shape)} (-1 matches any size)")
         out[name] = arr
     return out
+
+
+def _feed_array(name: str, var: Variable, value: Any) -> np.ndarray:
+    """``value`` as an array of numbers (or booleans): ragged lists, strings and objects are refused."""
+    if isinstance(value, DenseTensor):
+        value = np.asarray(value)
+    try:
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    except ValueError as exc:  # NumPy: nested lists of different lengths
+        raise InvalidArgument(f"feed {name!r}: a ragged list (rows of different lengths) is not a tensor: "
+                              f"{exc}") from None
+    if arr.dtype.kind in "OUSV" and var.type == "DENSE_TENSOR":
+        what = "Python objects" if arr.dtype.kind in "OV" else "strings"
+        raise InvalidArgument(f"feed {name!r}: holds {what} (dtype {arr.dtype}); a tensor feed holds numbers "
+                              f"or booleans (dtype {var.dtype})")
+    return arr
 
 
 class PreparedProgram:
@@ -118,10 +139,11 @@ class PreparedProgram:
         self.run_ctx = {"reader_device": reader_device}
         self.block = PreparedBlock(program, 0, self.local_scope, scope, backend, fetch_names,
                                    gc_threshold, run_ctx=self.run_ctx, prologue=self._in_place_guard)
-        self.feed_tensors = [(n, self.block.tensor(n)) for n in feed_names]
+        copied = self._feeds_to_copy(feed_names)
+        self.feed_tensors = [(n, self.block.tensor(n), n in copied) for n in feed_names]
         self.fetch_tensors = [(n, self.block.tensor(n)) for n in fetch_names]
         self._check_inputs(set(feed_names))
-        self._check_persistable_shapes()
+        self._check_persistables()
         self.journal = self._persistable_outputs()
 
     def set_value(self, name: str, value: np.ndarray) -> None:
@@ -258,24 +280,48 @@ class PreparedProgram:
                                          f"scope does not hold (did you run the startup program?)")
             available.update(op.output_arg_names)
 
-    def _check_persistable_shapes(self):
-        """A persistable whose value does not fit its declared shape is named before anything runs."""
+    def _feeds_to_copy(self, feed_names):
+        """The feeds a run must copy so that it never writes into the caller's array.
+
+        As Paddle's feed copies into the scope's tensor: a fed persistable
+        lives on in the scope (and in-place updates such as ``sgd`` write into
+        it), and so does any fed variable an op updates in place. Other feeds
+        are only read by the kernels, so their arrays are used as they are.
+        (With a device backend the transfer to the device is the copy.)
+        """
+        gblock = self.program.global_block()
+        in_place = {n for b in self.program.blocks for op in b.ops if _updates_in_place(op, self.block.backend)
+                    for n in set(op.input_arg_names).intersection(op.output_arg_names)}
+        return {n for n in feed_names
+                if n in in_place or (gblock.vars.get(n) is not None and gblock.vars[n].persistable)}
+
+    def _check_persistables(self):
+        """A persistable whose value does not fit its declared shape and dtype is named before anything runs."""
         for name, t in self.block.tensors.items():
             var = self.program.global_block().vars.get(name)
-            if var is None or not var.persistable or t._array is None or var.shape is None:
+            if var is None or not var.persistable or t._array is None:
                 continue
+            kind = "parameter" if var.is_parameter else "persistable variable"
             got = t._array.shape
-            if len(got) != len(var.shape) or any(d >= 0 and d != g for d, g in zip(var.shape, got)):
-                kind = "parameter" if var.is_parameter else "persistable variable"
+            if var.shape is not None and (len(got) != len(var.shape) or
+                                          any(d >= 0 and d != g for d, g in zip(var.shape, got))):
                 raise InvalidArgument(f"{kind} {name!r} holds a value of shape {list(got)} but the program "
                                       f"declares {list(var.shape)}")
+            held = getattr(t._array, "dtype", None)
+            if (var.type == "DENSE_TENSOR" and var.dtype not in (None, "bfloat16") and held is not None
+                    and np.dtype(held) != np.dtype(var.dtype)):
+                raise InvalidArgument(f"{kind} {name!r} holds a value of dtype {np.dtype(held).name} but the "
+                                      f"program declares {var.dtype}")
 
     def run(self, feed: Dict[str, np.ndarray], trace: Optional[Trace] = None) -> list:
         """Run once on ``feed``; return the fetched values as the backend holds them."""
         mem = self.block.memory
         backend = self.block.backend
-        for name, t in self.feed_tensors:
-            t._array = feed[name] if backend == "numpy" else to_device(feed[name], backend)
+        for name, t, copy in self.feed_tensors:
+            if backend != "numpy":
+                t._array = to_device(feed[name], backend)
+            else:
+                t._array = feed[name].copy() if copy else feed[name]
         self.run_ctx["trace"] = trace
         mem.reset(self.block.live_bytes())
         refs = [t._array for t in self.journal[0]]
@@ -333,7 +379,7 @@ class Executor:
         backend = self.place.backend
         threshold = gc_threshold_bytes()
         key = (id(program), id(scope), feed_names, fetch_names, threshold, backend,
-               flags.flag("FLAGS_fast_eager_deletion_mode"))
+               flags.flag("FLAGS_fast_eager_deletion_mode"), flags.flag("FLAGS_check_nan_inf"))
         hit = self._cache.get(key)
         if hit is not None and hit[0] is program and hit[1] == program._version and hit[2] is scope:
             return hit[3]

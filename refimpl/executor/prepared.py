@@ -9,8 +9,10 @@ calls: each :class:`Step` holds the op's runner (read inputs, call the
 kernel, write outputs, count the bytes; ``op_runner.py``) and the
 collector's ``release`` call for the tensors that die after it. Control-flow and communication ops
 (``conditional_block``, ``feed``, ``c_allreduce_sum`` ...) provide a
-``prepare(ctx, op)`` hook instead of a kernel and get this object as ``ctx``.
-Only the kernels depend on the backend.
+``prepare(ctx, op)`` hook instead of a kernel and get this object as ``ctx``;
+a hook that needs a sub-block asks ``ctx.prepare_sub_block`` for it, and the
+nested blocks are prepared each once, with an explicit stack
+(``nesting.py``). Only the kernels depend on the backend.
 
 A failing op is named: a Paddle-typed error (``EnforceNotMet`` and its
 kinds) gets ``block B op I (type)`` in front of its message; NumPy's
@@ -18,8 +20,9 @@ kinds) gets ``block B op I (type)`` in front of its message; NumPy's
 chained to it; any other exception (a kernel bug, ``MemoryError``) keeps its
 type and gets a note with the op's location and its inputs' shapes.
 """
-from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from refimpl import flags
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
 from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.core.scope import Scope
@@ -28,10 +31,11 @@ from refimpl.framework.operator import Operator
 from refimpl.framework.program import Program
 from refimpl.ops.registry import get_op_def
 
-from . import op_runner
+from . import nan_inf, op_runner
 from .backend import collector_class, ensure
 from .garbage_collector import Memory
 from .gc_plan import block_eager_deletion_vars, no_need_buffer_inputs
+from .nesting import Nesting, make_room_to_run, prepare_nested
 from .trace import Trace
 
 
@@ -59,6 +63,14 @@ class PreparedBlock:
                  memory: Optional[Memory] = None, run_ctx: Optional[dict] = None,
                  keep_meta: Iterable[str] = (),
                  prologue: Optional[Callable[["PreparedBlock"], Mapping[int, Callable[[], None]]]] = None):
+        self._setup(program, block_idx, scope, persist_scope, backend, gc_threshold, memory, run_ctx, Nesting())
+        # this block, then the sub-blocks its ops ask for, each once, with an explicit stack (nesting.py)
+        self.nesting_depth = prepare_nested(self, (skip_vars, keep_meta, prologue))
+        make_room_to_run(self.nesting_depth)
+
+    def _setup(self, program: Program, block_idx: int, scope: Scope, persist_scope: Scope, backend: str,
+               gc_threshold: int, memory: Optional[Memory], run_ctx: Optional[dict], nesting: Nesting) -> None:
+        """What a block needs before its ops are prepared (a sub-block gets this when it is asked for)."""
         self.program = program
         self.block = program.block(block_idx)
         self.scope = scope                  # where this block's temporaries live
@@ -68,19 +80,34 @@ class PreparedBlock:
         self.run_ctx = run_ctx if run_ctx is not None else {}  # feed/fetch lists, trace, reader device
         self.tensors: Dict[str, DenseTensor] = {}  # name -> DenseTensor, every var this block touches
         self.gc_threshold = gc_threshold
-        plan = block_eager_deletion_vars(self.block, skip_vars) if gc_threshold >= 0 else None
+        self.nesting_depth = 0
+        self._nesting = nesting
+        self._subs: Dict[Tuple[int, Tuple[str, ...]], "PreparedBlock"] = {}  # sub-blocks by (idx, skip vars)
+        self._requested: Optional[List[Tuple["PreparedBlock", tuple]]] = None  # asked for while building
+        self._op_index = -1  # the op being prepared (named by a nesting error)
+        self._parent: Optional["PreparedBlock"] = None  # the block that asked for this one, while preparing
+        self._found: Dict[str, DenseTensor] = {}  # names its sub-blocks resolved through it (_find_above)
+
+    def _build(self, skip_vars: Iterable[str], keep_meta: Iterable[str],
+               prologue: Optional[Callable[["PreparedBlock"], Mapping[int, Callable[[], None]]]]) -> None:
+        """Prepare every op of the block: its GC plan, collector and steps."""
+        plan = block_eager_deletion_vars(self.block, skip_vars) if self.gc_threshold >= 0 else None
         # vars some op reads as no-need-buffer keep their shape when freed (``keep_meta``
         # adds those that ops of other programs read, e.g. later jobs of a plan)
         self.keep_meta = {n for op in self.block.ops for n in no_need_buffer_inputs(op)} | set(keep_meta)
         # the backend picks the collector class (CPU: GarbageCollector; cuda: a GPU collector
         # that differs only in when device memory is released, see cuda_backend.garbage_collector)
-        self.gc = (collector_class(self.backend)(self.memory, gc_threshold, self.keep_meta)
+        self.gc = (collector_class(self.backend)(self.memory, self.gc_threshold, self.keep_meta)
                    if plan is not None else None)
         hooks = prologue(self) if prologue is not None else {}
+        check_outputs = flags.flag("FLAGS_check_nan_inf")  # read here: when off, the run loop has no check
         self.steps: List[Step] = []
         for i, op in enumerate(self.block.ops):
+            self._op_index = i
             dead = tuple((n, self.tensor(n)) for n in plan[i]) if plan else ()
             run = self._prepare_op(i, op)
+            if check_outputs and nan_inf.is_checked(op):
+                run = nan_inf.checked(run, self, i, op)
             if i in hooks:
                 run = op_runner.before(hooks[i], run)
             release = self.gc.releaser(dead) if self.gc is not None else None
@@ -100,14 +127,50 @@ class PreparedBlock:
         if t is None:
             local = self.block.vars.get(name)
             if local is not None and not local.persistable:
-                holder = self.scope.var(name)
+                t = self.scope.var(name).tensor
             else:
-                holder = self.scope.find_var(name)
-                if holder is None:
+                t = self._find_above(name)
+                if t is None:
                     var = self.block._find_var_recursive(name)
                     home = self.persist_scope if var is not None and var.persistable else self.scope
-                    holder = home.var(name)
-            t = self.tensors[name] = holder.tensor
+                    t = home.var(name).tensor
+            self.tensors[name] = t
+        return t
+
+    def _find_above(self, name: str) -> Optional[DenseTensor]:
+        """The tensor ``self.scope.find_var(name)`` holds (None: no scope has it), through the enclosing blocks.
+
+        A sub-block's scope is a fresh kid of the scope of the block that
+        asked for it and holds only what the sub-block created (its
+        ``tensors``); so a name it has not resolved is whatever the enclosing
+        block resolves it to, and only the outermost block asks its scope. A
+        temporary declared by an enclosing block is that block's, created in
+        its scope if need be (as Paddle creates a block's variables before it
+        runs), so that a sub-block reading a feed or a value of its parent
+        sees the parent's tensor even when no op of the parent touched it.
+        Each block remembers what it found for its sub-blocks (``_found``), so
+        preparing nested blocks does not walk the whole scope chain per name.
+        """
+        missed = []
+        block, t = self, None
+        while block._parent is not None:
+            block = block._parent
+            t = block.tensors.get(name)
+            if t is None:
+                t = block._found.get(name)
+            declared = block.block.vars.get(name)
+            if t is None and declared is not None and not declared.persistable:
+                t = block.tensor(name)  # a temporary of that block lives in its scope, even if unused there yet
+            if t is not None:
+                break
+            missed.append(block)
+        if t is None:
+            holder = block.scope.find_var(name)  # the outermost block's scope and its ancestors
+            if holder is None:
+                return None
+            t = holder.tensor
+        for b in missed:
+            b._found[name] = t
         return t
 
     # ---- ops ------------------------------------------------------------
@@ -244,9 +307,31 @@ class PreparedBlock:
             self.gc.add([(n, self.tensor(n)) for n in names])
 
     def prepare_sub_block(self, block_idx: int, skip_vars: Iterable[str] = ()) -> "PreparedBlock":
-        """A PreparedBlock for a sub-block, in a kid of this block's scope."""
-        return PreparedBlock(self.program, block_idx, self.scope.new_scope(), self.persist_scope,
-                             self.backend, skip_vars, self.gc_threshold, self.memory, self.run_ctx)
+        """A PreparedBlock for a sub-block, in a kid of this block's scope.
+
+        Asked for by an op's prepare hook while this block is prepared, it
+        comes back with its steps still to be filled in: ``prepare_nested``
+        builds it right after this block (the hook keeps it, to run it
+        later). This block asking twice for the same block and skip vars gets
+        the same one. A sub-block that is this block or encloses it is an
+        ``InvalidArgument`` naming the op.
+        """
+        key = (block_idx, tuple(skip_vars))
+        sub = self._subs.get(key)
+        if sub is not None:
+            return sub
+        if self._requested is None:  # asked for after this block was prepared: prepared now, on its own
+            sub = PreparedBlock(self.program, block_idx, self.scope.new_scope(), self.persist_scope,
+                                self.backend, key[1], self.gc_threshold, self.memory, self.run_ctx)
+        else:
+            self._nesting.check_not_enclosing(self, self._op_index, block_idx)
+            sub = PreparedBlock.__new__(PreparedBlock)
+            sub._setup(self.program, block_idx, self.scope.new_scope(), self.persist_scope, self.backend,
+                       self.gc_threshold, self.memory, self.run_ctx, self._nesting)
+            sub._parent = self
+            self._requested.append((sub, (key[1], (), None)))
+        self._subs[key] = sub
+        return sub
 
 
 class _OnFree:

@@ -1,0 +1,125 @@
+"""Nested conditional_blocks: each block is prepared once, deep nesting works, cycles are refused."""
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import refimpl as paddle
+from refimpl.core import InvalidArgument
+from refimpl.executor import Trace
+from refimpl.executor import prepared as prepared_module
+from refimpl.framework import Program, unique_name
+
+
+@pytest.fixture(autouse=True)
+def _gc_default():
+    yield
+    paddle.set_flags({"FLAGS_eager_delete_tensor_gb": 0.0})
+
+
+def nested(depth, refs_per_level=1):
+    """``depth`` conditional_blocks, each inside the last (built without Python recursion).
+
+    Every level computes a temporary (``scale``) and then runs the next level; a level may run the
+    next block through several ``conditional_block`` ops. The innermost block writes ``out =
+    3 * x`` into a persistable of block 0, so the fetched ``out`` says the innermost level ran.
+    """
+    main, startup = Program(), Program()
+    with paddle.static.program_guard(main, startup), unique_name.guard():
+        x = paddle.static.data("x", [2], "float32")
+        pred = paddle.static.data("p", [1], "bool")
+        out = main.global_block().create_var(name="out", shape=[2], dtype="float32", persistable=True)
+        for _ in range(depth):
+            main._create_block()
+            paddle.scale(x, 2.0)  # a temporary of this level, freed by its GC plan
+        main.current_block().append_op(type="scale", inputs={"X": [x]}, outputs={"Out": [out]},
+                                       attrs={"scale": 3.0})
+        for _ in range(depth):
+            sub = main.current_block()
+            main._rollback()
+            parent = main.current_block()
+            for _ in range(refs_per_level):
+                scope_var = parent.create_var(type="STEP_SCOPES")
+                parent.append_op(type="conditional_block", inputs={"Cond": [pred], "Input": [x]},
+                                 outputs={"Out": [out], "Scope": [scope_var]},
+                                 attrs={"sub_block": sub, "is_scalar_condition": True})
+    return main
+
+
+def run(main, trace=None):
+    x = np.array([1.0, -2.0], dtype="float32")
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    got, = exe.run(main, feed={"x": x, "p": np.array([True])}, fetch_list=["out"], scope=paddle.static.Scope(),
+                   trace=trace)
+    np.testing.assert_array_equal(got, 3 * x)
+    return exe
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    """Counts the GC plans made, per block index (one per prepared block)."""
+    counts = Counter()
+    real = prepared_module.block_eager_deletion_vars
+
+    def counting(block, skip_vars=()):
+        counts[block.idx] += 1
+        return real(block, skip_vars)
+    monkeypatch.setattr(prepared_module, "block_eager_deletion_vars", counting)
+    return counts
+
+
+def test_each_block_is_prepared_once(plans):
+    depth = 12
+    for refs in (1, 2):  # two conditional_blocks of one block running the same sub-block share it
+        plans.clear()
+        run(nested(depth, refs))
+        assert plans == Counter({b: 1 for b in range(depth + 1)}), refs
+
+
+def test_deep_nesting_prepares_and_runs(plans):
+    depth = 400
+    run(nested(depth))
+    assert len(plans) == depth + 1 and set(plans.values()) == {1}
+
+
+def test_deep_nesting_runs_traced_and_frees_each_levels_temporary():
+    depth = 300
+    trace = Trace()
+    run(nested(depth), trace=trace)
+    assert sum(1 for e in trace.of_kind("op") if e.op_type == "conditional_block") == depth
+    freed = {(e.block, e.var) for e in trace.of_kind("free") if e.block > 0}
+    assert {b for b, _ in freed} == set(range(1, depth + 1))  # every level's own scale output, in its block
+    assert len(freed) == depth
+
+
+def _retarget(main, block_idx, to_idx):
+    op = next(op for op in main.block(block_idx).ops if op.type == "conditional_block")
+    op._set_attr("sub_block", main.block(to_idx))
+
+
+@pytest.mark.parametrize("block_idx, to_idx, which", [(0, 0, "itself"), (2, 2, "itself"),
+                                                      (3, 1, "block 1, which encloses it")])
+def test_a_block_nested_in_itself_is_refused(block_idx, to_idx, which):
+    main = nested(5)
+    _retarget(main, block_idx, to_idx)
+    with pytest.raises(InvalidArgument, match=rf"block {block_idx} op \d+ \(conditional_block\): its sub-block "
+                                              rf"is {which}"):
+        run(main)
+
+
+@pytest.mark.parametrize("gc_gb", [-1.0, 0.0])
+def test_a_sub_block_sees_the_feeds_of_the_block_running_it(gc_gb):
+    """No op of block 0 but the conditional_blocks reads ``x``: the sub-blocks still read the fed ``x``."""
+    paddle.set_flags({"FLAGS_eager_delete_tensor_gb": gc_gb})
+    run(nested(3, refs_per_level=2))
+    main, startup = Program(), Program()
+    with paddle.static.program_guard(main, startup), unique_name.guard():
+        x = paddle.static.data("x", [2], "float32")
+        pred = paddle.static.data("p", [1], "bool")
+        out = main.global_block().create_var(name="out", shape=[2], dtype="float32", persistable=True)
+
+        def body():
+            main.current_block().append_op(type="scale", inputs={"X": [x]}, outputs={"Out": [out]},
+                                           attrs={"scale": 3.0})
+        paddle.static.nn.cond(pred, body)
+    run(main)
