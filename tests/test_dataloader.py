@@ -284,9 +284,8 @@ def test_two_places_read_their_own_batches_and_train_as_feed():
         np.testing.assert_allclose(params_of(main, scope)[k], v, rtol=1e-6)
 
 
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the empty place's mean loss is nan
 @watchdog
-def test_two_places_without_drop_last_give_the_last_place_an_empty_batch():
+def test_two_places_without_drop_last_split_the_partial_round_over_the_places():
     data = batches(3)
     main, startup, loader, loss, pred = build(drop_last=False, train=False)
     loader.set_batch_generator(lambda: iter(data))
@@ -295,7 +294,7 @@ def test_two_places_without_drop_last_give_the_last_place_an_empty_batch():
     loader.start()
     preds = drain(exe, compiled, [pred], scope)
     loader.reset()
-    assert [p.shape[0] for p in preds] == [8, 4]  # the partial round: place 1 had no batch
+    assert [p.shape[0] for p in preds] == [8, 4]  # the partial round's 4 rows, 2 on each place
 
 
 @watchdog

@@ -8,7 +8,14 @@ Mirrors ``paddle.base.reader.DataLoader.from_generator`` and the
   ``set_batch_generator`` (whole batches, one array per feed variable);
 * a producer thread runs the generator and pushes each batch into a bounded
   :class:`~refimpl.io.blocking_queue.BlockingQueue`; an exception in the
-  generator kills the queue, so the consumer raises it instead of hanging;
+  generator kills the queue, so the consumer raises it instead of hanging
+  (a ``KeyboardInterrupt`` / ``SystemExit`` arrives as the same kind);
+* each epoch's producer is a small :class:`_Producer` that pushes under its
+  epoch's queue generation and holds no reference to the loader: a loader
+  dropped mid-epoch is collected, its finalizer closes the queue, and the
+  producer blocked on the full queue wakes up and ends. ``reset()`` waits at
+  most ``PRODUCER_JOIN_S`` for a producer busy inside the generator; one
+  still there is left to end on its own, and can no longer push;
 * **iterable** (``for data in loader(): exe.run(main, feed=data)``): each
   step yields a feed dict (a list of arrays with ``return_list``), or with
   several ``places`` a list holding one per place;
@@ -21,10 +28,16 @@ Mirrors ``paddle.base.reader.DataLoader.from_generator`` and the
 
 Differences: places are only counted (CPU); sample batching stacks samples
 and reshapes them to the variable's shape as ``DataFeeder`` does; LoD is not
-supported (``lod_levels`` are all 0).
+supported (``lod_levels`` are all 0). Paddle's ``_reset`` joins the producer
+without a limit; here a generator that never yields again cannot block
+``reset()``. An error raised to the iterable consumer stops that epoch's
+producer (Paddle's keeps running until the loader is reset).
 """
+import functools
 import logging
 import threading
+import weakref
+from typing import Any, Callable, Iterable, List, Sequence
 
 import numpy as np
 
@@ -32,11 +45,13 @@ from refimpl.core.dtypes import to_numpy_dtype, to_vartype
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 from refimpl.core.scope import global_scope
 from refimpl.framework.program import default_main_program
-from refimpl.ops.reader_ops import check_batch, empty_batch
+from refimpl.ops.reader_ops import check_batch
 
-from .blocking_queue import JOIN_TIMEOUT, BlockingQueue, register
+from .blocking_queue import BlockingQueue, register
 
 logger = logging.getLogger("refimpl")
+
+PRODUCER_JOIN_S = 1.0  # how long reset() waits for a producer that is inside the generator
 
 _COUNTS = {}
 _COUNTS_LOCK = threading.Lock()
@@ -72,10 +87,15 @@ class GeneratorLoader:
         self._capacity, self._use_double_buffer = int(capacity), use_double_buffer
         self._iterable, self._return_list, self._drop_last = iterable, return_list, drop_last
         self._batch_reader, self._places = None, None
-        self._thread, self._exited = None, False
+        self._producer = None  # this epoch's _Producer
         self._queue = None
         if not iterable:
             self._init_non_iterable()
+
+    def _set_queue(self, queue):
+        """Own ``queue``; when this loader is collected its epoch is closed, which ends its producer."""
+        self._queue = queue
+        weakref.finalize(self, queue.abandon)
 
     # ---- data sources --------------------------------------------------------
     def set_batch_generator(self, reader, places=None):
@@ -86,9 +106,11 @@ class GeneratorLoader:
 
     def set_sample_list_generator(self, reader, places=None):
         """``reader()`` yields lists of samples; each sample has one field per feed variable."""
+        fields = (self._names, self._shapes, self._dtypes)  # not self: the producer must not keep the loader
+
         def batches():
             for samples in reader():
-                yield self._stack(samples)
+                yield _stack(samples, *fields)
         return self.set_batch_generator(batches, places)
 
     def set_sample_generator(self, reader, batch_size, drop_last=True, places=None):
@@ -107,24 +129,10 @@ class GeneratorLoader:
                 yield buf
         return self.set_sample_list_generator(sample_lists, places)
 
-    def _stack(self, samples):
-        """A list of samples -> one array per feed var (``DataFeeder``: stack, then the var's shape)."""
-        out = []
-        for j, (name, shape, dtype) in enumerate(zip(self._names, self._shapes, self._dtypes)):
-            arr = np.asarray([np.asarray(s[j], dtype=dtype) for s in samples], dtype=dtype)
-            if all(d >= 0 for d in shape[1:]) and arr.ndim != len(shape):
-                try:
-                    arr = arr.reshape([len(samples)] + list(shape[1:]))
-                except ValueError:
-                    raise InvalidArgument(f"The fed Variable {name} should have shape {shape}, but a sample "
-                                          f"of shape {list(arr.shape[1:])} cannot be reshaped to it") from None
-            out.append(arr)
-        return out
-
     # ---- non-iterable mode -----------------------------------------------------
     def _init_non_iterable(self):
         queue_name = _unique_name("lod_tensor_blocking_queue")
-        self._queue = BlockingQueue(self._capacity, queue_name)
+        self._set_queue(BlockingQueue(self._capacity, queue_name))
         register(queue_name, self._queue)
         global_scope().var(queue_name).get_tensor()._array = self._queue  # Paddle: the scope holds it
         block = default_main_program().current_block()
@@ -171,43 +179,20 @@ class GeneratorLoader:
         if self._batch_reader is None:
             raise PreconditionNotMet("Data source of DataLoader has not set yet: call set_sample_generator, "
                                      "set_sample_list_generator or set_batch_generator first")
-        if self._thread is not None:
+        if self._producer is not None:
             raise PreconditionNotMet("the DataLoader is already started: call reset() before start()")
-        self._queue.start()
-        self._thread = threading.Thread(target=self._thread_main, name=f"refimpl-dataloader-{id(self)}",
-                                        daemon=True)
-        self._thread.start()
-
-    def _thread_main(self):
-        queue = self._queue
-        try:
-            for batch in self._batch_reader():
-                if self._exited:
-                    break
-                if not queue.push(self._convert(batch)):
-                    break
-            queue.close()
-        except Exception as exc:  # noqa: B902 - handed to the consumer through the queue
-            logger.warning("Your reader has raised an exception!")
-            queue.kill(exc)
-
-    def _convert(self, batch):
-        if isinstance(batch, dict):
-            batch = [batch[n] for n in self._names]
-        if not isinstance(batch, (list, tuple)):
-            raise InvalidArgument(f"a batch generator must yield a list with one array per feed variable "
-                                  f"{self._names}, got {type(batch).__name__}")
-        return [np.asarray(a) if isinstance(a, np.ndarray) else np.asarray(a, dtype=dt)
-                for a, dt in zip(batch, self._dtypes)] + [np.asarray(a) for a in batch[len(self._dtypes):]]
+        convert = functools.partial(_convert, self._names, self._dtypes)
+        self._producer = _Producer(self._batch_reader, convert, self._queue, self._queue.start())
 
     def _reset(self):
-        """Stop the producer (it may be blocked on a full queue), then empty the queue."""
-        self._exited = True
-        self._queue.close()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(JOIN_TIMEOUT)
-        self._exited = False
+        """Stop the producer (it may be blocked on a full queue), then empty the queue for a new generation."""
+        producer, self._producer = self._producer, None
+        self._queue.close()  # wakes a producer blocked on the full queue: its push returns False
+        if producer is not None:
+            producer.thread.join(PRODUCER_JOIN_S)
+            if producer.thread.is_alive():
+                logger.warning(f"DataLoader queue {self._queue.name!r}: the generator did not return within "
+                               f"{PRODUCER_JOIN_S} s of reset(); its thread ends at its next batch, unpushed")
         self._queue.reset()
 
     close = _reset  # stop the producer thread mid-epoch
@@ -222,7 +207,7 @@ class GeneratorLoader:
         if self._batch_reader is None:
             raise PreconditionNotMet("Data source of DataLoader has not set yet")
         if self._queue is None:
-            self._queue = BlockingQueue(self._capacity, _unique_name("lod_tensor_blocking_queue"))
+            self._set_queue(BlockingQueue(self._capacity, _unique_name("lod_tensor_blocking_queue")))
         else:
             self._reset()
         self._queue.set_device_count(len(self._places))
@@ -230,26 +215,75 @@ class GeneratorLoader:
         return self
 
     def __next__(self):
-        per_place = []
-        for d in range(len(self._places)):
-            batch = self._queue.reader(d, self._use_double_buffer).read_next(self._drop_last)
-            if batch is None:
-                self._reset()
-                raise StopIteration
-            if batch:
-                check_batch(batch, self._names, self._shapes, self._dtypes, [True] * len(batch))
-            else:
-                batch = empty_batch(self._shapes, self._dtypes)
-            per_place.append(batch if self._return_list else dict(zip(self._names, batch)))
+        try:
+            per_place = [self._next_of(d) for d in range(len(self._places))]
+        except StopIteration:
+            self._reset()
+            raise
+        except BaseException:  # the epoch is broken: stop its producer (it would wait on a full queue)
+            self._queue.close()
+            raise
         return per_place[0] if len(per_place) == 1 else per_place
 
-    def __del__(self):
+    def _next_of(self, device):
+        batch = self._queue.reader(device, self._use_double_buffer).read_next(self._drop_last)
+        if batch is None:
+            raise StopIteration
+        check_batch(batch, self._names, self._shapes, self._dtypes, [True] * len(self._names))
+        return batch if self._return_list else dict(zip(self._names, batch))
+
+
+class _Producer:
+    """One epoch's producer thread: runs the generator, pushes under the epoch's queue generation.
+
+    It holds the queue, the generator function and the converter, never the loader (a dropped
+    loader must be collectable while this thread waits on the full queue).
+    """
+
+    def __init__(self, reader: Callable[[], Iterable[Any]], convert: Callable[[Any], List[np.ndarray]],
+                 queue: BlockingQueue, generation: int) -> None:
+        self.reader, self.convert, self.queue, self.generation = reader, convert, queue, generation
+        self.thread = threading.Thread(target=self._run, name=f"refimpl-dataloader-{queue.name}-{generation}",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        queue, generation = self.queue, self.generation
         try:
-            if self._thread is not None:
-                self._exited = True
-                self._queue.close()
-        except Exception:  # noqa: B902 - interpreter shutdown
-            pass
+            for batch in self.reader():
+                if not queue.push(self.convert(batch), generation):
+                    return  # closed, or reset into a newer generation
+            queue.close(generation)
+        except BaseException as exc:  # noqa: B902 - KeyboardInterrupt / SystemExit too: the consumer must wake
+            logger.warning(f"Your reader has raised an exception! ({type(exc).__name__} in the generator of "
+                           f"DataLoader queue {queue.name!r})")
+            queue.kill(exc, generation)
+
+
+def _stack(samples: Sequence[Any], names: List[str], shapes: List[List[int]], dtypes: List[str]) -> List[np.ndarray]:
+    """A list of samples -> one array per feed var (``DataFeeder``: stack, then the var's shape)."""
+    out = []
+    for j, (name, shape, dtype) in enumerate(zip(names, shapes, dtypes)):
+        arr = np.asarray([np.asarray(s[j], dtype=dtype) for s in samples], dtype=dtype)
+        if all(d >= 0 for d in shape[1:]) and arr.ndim != len(shape):
+            try:
+                arr = arr.reshape([len(samples)] + list(shape[1:]))
+            except ValueError:
+                raise InvalidArgument(f"The fed Variable {name} should have shape {shape}, but a sample "
+                                      f"of shape {list(arr.shape[1:])} cannot be reshaped to it") from None
+        out.append(arr)
+    return out
+
+
+def _convert(names: List[str], dtypes: List[str], batch: Any) -> List[np.ndarray]:
+    """One generated batch -> one array per feed var (a dict is taken by the feed var names)."""
+    if isinstance(batch, dict):
+        batch = [batch[n] for n in names]
+    if not isinstance(batch, (list, tuple)):
+        raise InvalidArgument(f"a batch generator must yield a list with one array per feed variable "
+                              f"{names}, got {type(batch).__name__}")
+    return [np.asarray(a) if isinstance(a, np.ndarray) else np.asarray(a, dtype=dt)
+            for a, dt in zip(batch, dtypes)] + [np.asarray(a) for a in batch[len(dtypes):]]
 
 
 def _place_list(places):

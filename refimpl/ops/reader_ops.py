@@ -18,8 +18,7 @@ place's graph copy its own reader. The READER variable holds a small
 :class:`ReaderHolder` (Paddle's ``ReaderHolder``) in place of a tensor.
 A queue missing from the scope is looked up by name in
 ``refimpl.core.queue_registry`` (``refimpl.io`` registers its queues there);
-the batch checks (:func:`check_batch`, :func:`empty_batch`) are shared with
-the data loader.
+the batch check (:func:`check_batch`) is shared with the data loader.
 """
 import numpy as np
 
@@ -66,7 +65,11 @@ def check_batch(batch, names, shapes, dtypes, need_check):
 
 
 def empty_batch(shapes, dtypes):
-    """The 0-row batch a place without data gets from a partial last round (drop_last=False)."""
+    """0-row arrays of the declared shapes: what ``read`` gives at the end of an epoch with ``throw_eof_exp`` off.
+
+    (A partial last round never needs it: the queue splits that round's rows over the places, and a
+    place left without rows gets 0-row arrays with the data's own trailing dims.)
+    """
     return [np.zeros([0] + [max(d, 0) for d in s[1:]], dtype=dt or "float32") for s, dt in zip(shapes, dtypes)]
 
 
@@ -127,10 +130,8 @@ def _prepare_read(ctx, op):
             if throw_eof:
                 raise EOFException(f"{EOF_MESSAGE} (the epoch has ended: call loader.reset(), then "
                                    f"loader.start() for the next one)")
-            batch = []
-        if not batch:
             batch = empty_batch(holder.shapes, holder.dtypes)
-        else:
+        else:  # an empty list from the generator too: it names the feed list instead of feeding nothing
             check_batch(batch, names, holder.shapes, holder.dtypes, holder.need_check)
         for t, a in zip(outs, batch):
             a = to_device(a, backend)
