@@ -106,9 +106,11 @@ def test_resume_equals_never_stopping(tmp_path, k, compiled, how):
         assert "gradient_merge_step" in want  # the counter is part of the checkpoint (saved mid-cycle)
 
 
-@pytest.mark.parametrize("how", ["save", "persistables"])
-def test_resume_with_dropout_equals_never_stopping_bit_for_bit(tmp_path, how):
-    """The random state dropout draws from is part of the checkpoint (issue 15, part 8)."""
+@pytest.mark.parametrize("how, compiled", [("save", False), ("persistables", False), ("save", True)],
+                         ids=["save", "persistables", "dp2-save"])
+def test_resume_with_dropout_equals_never_stopping_bit_for_bit(tmp_path, how, compiled):
+    """The random state dropout draws from is part of the checkpoint, also for the places of a
+    CompiledProgram, whose threads draw from states handed down by the caller's (issue 15, part 8)."""
     data = feeds()
 
     def run(prog, main, loss, scope, exe, part):
@@ -118,17 +120,17 @@ def test_resume_with_dropout_equals_never_stopping_bit_for_bit(tmp_path, how):
             main.lr_scheduler.step()
         return losses
 
-    main, prog, loss, scope, exe = fresh(0, dropout=True)
+    main, prog, loss, scope, exe = fresh(0, compiled=compiled, dropout=True)
     want_losses = run(prog, main, loss, scope, exe, data)
     want = persistables([main], scope)
 
-    main, prog, loss, scope, exe = fresh(0, dropout=True)
+    main, prog, loss, scope, exe = fresh(0, compiled=compiled, dropout=True)
     losses = run(prog, main, loss, scope, exe, data[:STOP])
     if how == "save":
         paddle.static.save(main, str(tmp_path / "ckpt"), scope=scope)
     else:
         paddle.static.save_persistables(exe, str(tmp_path), main, scope=scope)
-    main, prog, loss, scope, exe = fresh(123, dropout=True)  # a fresh scope, the generator re-seeded
+    main, prog, loss, scope, exe = fresh(123, compiled=compiled, dropout=True)  # fresh scope, re-seeded
     if how == "save":
         paddle.static.load(main, str(tmp_path / "ckpt"), exe, scope=scope)
     else:

@@ -22,7 +22,7 @@ draws that would have come without stopping. An op with a non-zero seed
 has no state to save.
 """
 import threading
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -61,6 +61,20 @@ def generator_for(op_seed):
     if op_seed:
         return np.random.default_rng(int(op_seed) & 0xFFFFFFFFFFFFFFFF)
     return next_generator()
+
+
+def device_states(n: int) -> List[Dict[str, Any]]:
+    """States for ``n`` devices run from this thread, each a copy of one child of this thread's stream.
+
+    Paddle's ``paddle.seed`` seeds every device's generator alike, so the places of one data-parallel
+    step draw the same numbers (``paddle/phi/core/generator.cc``). Each call advances this thread's
+    state by one draw, so the next step's devices draw anew and a checkpoint of this thread's state
+    also fixes what the devices will draw after a resume.
+    """
+    (child,) = _state()["seq"].spawn(1)
+    seed_value = _state()["seed"]
+    return [{"seq": np.random.SeedSequence(child.entropy, spawn_key=child.spawn_key, pool_size=child.pool_size),
+             "seed": seed_value} for _ in range(n)]
 
 
 # ---- the state a checkpoint carries ----------------------------------------------------------

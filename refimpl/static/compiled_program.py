@@ -51,6 +51,7 @@ from typing import Any, List, Optional, Sequence, TYPE_CHECKING
 
 import numpy as np
 
+from refimpl.core import random
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unavailable, Unimplemented
 from refimpl.core.place import CPUPlace, CUDAPlace
 from refimpl.core.scope import global_scope
@@ -345,7 +346,9 @@ class CompiledProgram:
         else:
             world, ranks = InProcessWorld(n, self._timeout), range(n)
         try:
-            results = run_threads(world, ranks, self._place_body, (preps, feeds, traces), {}, self._timeout)
+            states = random.device_states(len(preps))  # every place draws what a device seeded alike would
+            results = run_threads(world, ranks, self._place_body, (preps, feeds, traces, states), {},
+                                  self._timeout)
         except RankFailed as exc:
             if isinstance(exc.error, EOFException) and self._hybrid is None:
                 raise exc.error from None  # a DataLoader's epoch ended on every place: Paddle's EOF
@@ -357,10 +360,11 @@ class CompiledProgram:
         self._bcast_pending = False
         return results
 
-    def _place_body(self, preps, feeds, traces):
+    def _place_body(self, preps, feeds, traces, states):
         """What each place's thread runs (its rank context is already set)."""
         ctx = context.current()
         i = ctx.rank - self._strategy.trainer_id * len(preps)
+        random.set_state(states[i])
         for ring_id, ranks in self._rings.items():
             ctx.add_group(ring_id, ranks)
         if self._bcast_pending:
