@@ -15,7 +15,10 @@ Paddle has no such tool (its CLI is ``python -m paddle.distributed.launch``);
 the subcommands wrap public refimpl APIs. Bad input (a missing file, a
 malformed program, a feed that does not fit) ends with exit code 2 and one
 line ``refimpl CMD: ErrorType: message`` on stderr, using refimpl's typed
-errors (``InvalidArgument``, ``NotFound``, ``PreconditionNotMet`` ...).
+errors (``InvalidArgument``, ``NotFound``, ``PreconditionNotMet`` ...). A
+record's entries (``feeds``, ``initial_persistables``, ``loss_name``) are
+checked and named like the program's paths (``feeds[0].x.shape``); a file the
+OS cannot read, and a tensor larger than memory, end the same way.
 """
 import argparse
 import json
@@ -120,10 +123,31 @@ def main(argv=None):
 
 # --- run / trace ------------------------------------------------------------
 
-def _decode(entry):
-    """An oracle array ``{dtype, shape, data}`` -> ndarray."""
+def _decode(entry, where):
+    """An oracle array ``{dtype, shape, data}`` (``data`` flat, in C order) -> ndarray; ``where`` names it."""
     import numpy as np
-    return np.asarray(entry["data"], dtype=entry["dtype"]).reshape(entry["shape"])
+    from .core.dtypes import to_numpy_dtype
+    from .core.errors import EnforceNotMet, InvalidArgument
+    from .framework.program_schema import check_numel, is_int, short
+    if not isinstance(entry, dict) or not {"dtype", "shape", "data"} <= set(entry):
+        raise InvalidArgument(f"{where}: expected an array {{'dtype', 'shape', 'data'}}, got {short(entry)}")
+    shape, data = entry["shape"], entry["data"]
+    if not isinstance(shape, list) or not all(is_int(d) and d >= 0 for d in shape):
+        raise InvalidArgument(f"{where}.shape: expected a list of ints >= 0, got {short(shape)}")
+    check_numel(shape, where, "the array")
+    try:
+        dtype = to_numpy_dtype(entry["dtype"])
+    except EnforceNotMet as e:
+        raise InvalidArgument(f"{where}.dtype: {e.args[0]}") from None
+    if not isinstance(data, list) or not all(isinstance(x, (int, float)) for x in data):
+        raise InvalidArgument(f"{where}.data: expected a flat list of numbers, got {short(data)}")
+    if len(data) != int(np.prod(shape)):
+        raise InvalidArgument(f"{where}: {len(data)} values do not fill shape {shape}")
+    try:
+        with np.errstate(all="raise"):
+            return np.asarray(data, dtype=dtype).reshape(shape)
+    except (OverflowError, FloatingPointError, ValueError) as e:
+        raise InvalidArgument(f"{where}.data: the values do not fit {dtype}: {e}") from None
 
 
 def _read_json(path, what):
@@ -131,38 +155,61 @@ def _read_json(path, what):
     if not os.path.isfile(path):
         raise NotFound(f"{what} {path!r} does not exist")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, an int of too many digits
         raise InvalidArgument(f"{what} {path!r} is not JSON: {e}") from e
+    except RecursionError:
+        raise InvalidArgument(f"{what} {path!r}: JSON nested too deeply to read") from None
 
 
-def _read_npz(path, what):
-    import numpy as np
-    from .core.errors import InvalidArgument, NotFound
-    if not os.path.isfile(path):
-        raise NotFound(f"{what} {path!r} does not exist")
+def _read_npz(path, what, program=None):
+    """Arrays of ``path``, every header (and, given ``program``, every shape and dtype) checked before
+    any data is read (``static.io.read_npz``)."""
+    from .static.io import read_npz
+    return read_npz(path, program, what=what)
+
+
+def _program(doc, what):
+    """``Program.from_dict`` with ``what`` (the file and the record key) in front of its error."""
+    from .core.errors import EnforceNotMet
+    from .framework import Program
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (ValueError, OSError) as e:
-        raise InvalidArgument(f"{what} {path!r} is not a .npz file: {e}") from e
+        return Program.from_dict(doc)
+    except EnforceNotMet as e:
+        raise type(e)(f"{what}: {e.args[0] if e.args else ''}") from None
+
+
+def _arrays(value, where):
+    """A record's ``{name: array entry}`` object -> {name: ndarray}."""
+    from .core.errors import InvalidArgument
+    from .framework.program_schema import short
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{where}: expected an object {{name: array}}, got {short(value)}")
+    return {k: _decode(v, f"{where}.{k}") for k, v in value.items()}
 
 
 def load_program_file(path):
     """(main, startup or None, {name: initial value}, default feeds (one per step), default fetch names)."""
     from .core.errors import InvalidArgument
-    from .framework import Program
+    from .framework.program_schema import short
     doc = _read_json(path, "program")
     if not isinstance(doc, dict):
         raise InvalidArgument(f"program {path!r}: expected a JSON object")
     if "main" not in doc:
-        return Program.from_dict(doc), None, {}, [{}], []
-    startup = Program.from_dict(doc["startup"]) if doc.get("startup") else None
-    initial = {k: _decode(v) for k, v in doc.get("initial_persistables", {}).items()}
-    feeds = [{k: _decode(v) for k, v in f.items()} for f in (doc.get("feeds") or [{}])]
-    fetch = [doc["loss_name"]] if doc.get("loss_name") else []
-    return Program.from_dict(doc["main"]), startup, initial, feeds, fetch
+        return _program(doc, f"program {path!r}"), None, {}, [{}], []
+    startup = _program(doc["startup"], f"program {path!r} startup") if doc.get("startup") else None
+    initial = _arrays(doc.get("initial_persistables"), "initial_persistables")
+    feeds = doc.get("feeds") or [{}]
+    if not isinstance(feeds, list):
+        raise InvalidArgument(f"program {path!r} feeds: expected a list of feeds, got {short(feeds)}")
+    feeds = [_arrays(f if f is not None else {}, f"feeds[{i}]") for i, f in enumerate(feeds)]
+    loss = doc.get("loss_name")
+    if loss is not None and not isinstance(loss, str):
+        raise InvalidArgument(f"program {path!r} loss_name: expected a variable name, got {short(loss)}")
+    return _program(doc["main"], f"program {path!r} main"), startup, initial, feeds, [loss] if loss else []
 
 
 def _fetch_names(args, default):
@@ -184,9 +231,9 @@ def _prepare(args):
     paddle.set_flags({"FLAGS_eager_delete_tensor_gb": args.gc_gb})
     main, startup, initial, feeds, fetch = load_program_file(args.program)
     if args.startup:
-        startup = paddle.static.Program.from_dict(_read_json(args.startup, "startup program"))
+        startup = _program(_read_json(args.startup, "startup program"), f"startup program {args.startup!r}")
     if args.params:
-        initial.update(_read_npz(args.params, "params"))
+        initial.update(_read_npz(args.params, "params", main))
     if args.feed:
         feeds = [_read_npz(args.feed, "feed")]
     exe = paddle.static.Executor()
@@ -224,14 +271,34 @@ def _print_values(names, values, out):
 
 
 def _guarded(command, fn, args):
-    """Run a subcommand; typed refimpl errors become one stderr line and exit code 2."""
+    """Run a subcommand; a bad input becomes one stderr line and exit code 2.
+
+    Bad input is a typed refimpl error, an ``OSError`` (a file that cannot be
+    read) or a ``MemoryError`` (a tensor the machine cannot hold, named by the
+    op it happened in). Warnings (NumPy's overflow in a cast ...) are shown
+    after a run that succeeds; after a failure only the error line is.
+    """
+    import warnings
     from .core.errors import EnforceNotMet
-    try:
-        return fn(args)
-    except EnforceNotMet as e:
-        msg = e.args[0] if e.args else ""
-        print(f"refimpl {command}: {e.kind}: {msg}", file=sys.stderr)
+    with warnings.catch_warnings(record=True) as caught:  # the filters stay as they are
+        try:
+            rc = fn(args)
+        except EnforceNotMet as e:
+            line = f"{e.kind}: {e.args[0] if e.args else ''}"
+        except OSError as e:
+            line = f"{type(e).__name__}: {e}"
+        except MemoryError as e:
+            where = [n[len("refimpl: in "):].split(";")[0] for n in getattr(e, "__notes__", ())
+                     if n.startswith("refimpl: in ")]
+            line = f"ResourceExhausted: {where[0] + ': ' if where else ''}out of memory: {e}"
+        else:
+            line = None
+    if line is not None:
+        print(f"refimpl {command}: " + " ".join(line.split()), file=sys.stderr)
         return 2
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return rc
 
 
 def _cmd_run(args, out=None):

@@ -95,7 +95,7 @@ def test_run_steps_draws_a_progress_bar(files, capsys):
     ("not_json", "InvalidArgument", "is not JSON"),
     ("malformed", "InvalidArgument", "malformed program/v1"),
     ("missing_feed", "InvalidArgument", "feed 'x' is missing"),
-    ("bad_npz", "InvalidArgument", "is not a .npz file"),
+    ("bad_npz", "InvalidArgument", "bad.npz' is truncated or corrupted"),
     ("unknown_fetch", "NotFound", "fetch 'nope'"),
     ("no_startup", "PreconditionNotMet", "did you run the startup program"),
     ("bad_steps", "InvalidArgument", "--steps must be >= 1"),
@@ -157,3 +157,101 @@ def test_run_replays_a_recorded_oracle_file(capsys):
     assert main(["run", path, "--steps", str(steps)]) == 0
     printed = float(capsys.readouterr().out.strip().splitlines()[-1])
     np.testing.assert_allclose(printed, rec["fetched_loss"][-1]["data"][0], rtol=1e-5)
+
+
+# ---- bad program files: exit code 2 and one stderr line, never a traceback (issue 15, part 4)
+
+def _record(tmp_path, **changes):
+    """A ``refimpl run`` record of the fc program (main, startup, feeds, loss_name) with ``changes``."""
+    main_p, startup, loss = _build()
+    rec = {"main": main_p.to_dict(), "startup": startup.to_dict(), "loss_name": loss.name,
+           "feeds": [{"x": {"dtype": "float32", "shape": [2, 3], "data": [0.5] * 6}}]}
+    rec.update(changes)
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(rec))
+    return str(path)
+
+
+def _cyclic(tmp_path):
+    main_p, _, _ = _build()
+    d = main_p.to_dict()
+    cond = {"type": "conditional_block", "inputs": {"Cond": ["x"], "Input": []}, "outputs": {"Scope": ["s"]},
+            "attrs": {"sub_block": {"block": 1}}}
+    d["blocks"][0]["ops"].append(cond)
+    d["blocks"].append({"idx": 1, "parent_idx": 0, "vars": [], "ops": [dict(cond, attrs={"sub_block": {"block": 0}})]})
+    (tmp_path / "cyclic.json").write_text(json.dumps(d))
+    return [str(tmp_path / "cyclic.json")]
+
+
+def _warns_then_fails(tmp_path):
+    """scale overflows float32 (NumPy warns), then matmul_v2 gets operands that do not fit."""
+    def var(n, shape, **flags):
+        return dict({"name": n, "shape": shape, "dtype": "float32"}, **flags)
+
+    def arr(rows, cols, value):
+        return {"dtype": "float32", "shape": [rows, cols], "data": [value] * (rows * cols)}
+    ops = [{"type": "scale", "inputs": {"X": ["x"]}, "outputs": {"Out": ["y"]}, "attrs": {"scale": 3e38}},
+           {"type": "matmul_v2", "inputs": {"X": ["y"], "Y": ["z"]}, "outputs": {"Out": ["out"]}, "attrs": {}}]
+    data = {"is_data": True, "stop_gradient": True}
+    main_d = {"blocks": [{"idx": 0, "parent_idx": -1, "ops": ops, "vars": [
+        var("x", [-1, 3], **data), var("z", [-1, 5], **data), var("y", [-1, 3]), var("out", [-1, 5])]}]}
+    rec = {"main": main_d, "loss_name": "out", "feeds": [{"x": arr(2, 3, 10.0), "z": arr(5, 5, 1.0)}]}
+    (tmp_path / "warns.json").write_text(json.dumps(rec))
+    return [str(tmp_path / "warns.json")]
+
+
+@pytest.mark.parametrize("case, words", [
+    ("deep-json", "nested too deeply"),
+    ("warning-then-error", r"block 0 op 1 \(matmul_v2\): ValueError: operands could not be broadcast"),
+    ("cyclic-sub-block", r"blocks\[1\]\.ops\[0\] \(conditional_block\).*cycle \(0 -> 1 -> 0\)"),
+    ("truncated-params", r"params .*p\.npz' is truncated or corrupted"),
+    ("huge-header-params", r"params .*p\.npz'.*'w'"),
+])
+def test_run_bad_file_in_a_subprocess_is_one_line_and_exit_2(tmp_path, case, words):
+    if case == "deep-json":
+        (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000)
+        argv = [str(tmp_path / "deep.json")]
+    elif case == "cyclic-sub-block":
+        argv = _cyclic(tmp_path)
+    elif case == "warning-then-error":
+        argv = _warns_then_fails(tmp_path)
+    elif case == "huge-header-params":  # a header claiming 400 GB: refused before allocating
+        import zipfile
+        with zipfile.ZipFile(tmp_path / "p.npz", "w") as z, z.open("w.npy", "w") as e:
+            np.lib.format.write_array_header_1_0(e, {"descr": "<f4", "fortran_order": False,
+                                                     "shape": (100000, 1000000)})
+            e.write(b"\0" * 64)
+        argv = [_record(tmp_path), "--params", str(tmp_path / "p.npz")]
+    else:
+        np.savez(tmp_path / "p.npz", w=np.zeros(1000))
+        (tmp_path / "p.npz").write_bytes((tmp_path / "p.npz").read_bytes()[:300])
+        argv = [_record(tmp_path), "--params", str(tmp_path / "p.npz")]
+    r = subprocess.run([sys.executable, "-m", "refimpl.cli", "run"] + argv, capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith("refimpl run: InvalidArgument: ") and re.search(words, lines[0]), lines[0]
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"feeds": [{"x": {"dtype": "float32", "shape": [2, 3], "data": [1.0]}}]}, r"feeds\[0\]\.x: 1 values do not fill"),
+    ({"feeds": [{"x": {"dtype": ["float32"], "shape": [2, 3], "data": [0.5] * 6}}]}, r"feeds\[0\]\.x\.dtype"),
+    ({"feeds": [{"x": {"dtype": "float32", "shape": [2, True], "data": [0.5] * 2}}]}, r"feeds\[0\]\.x\.shape"),
+    ({"feeds": [{"x": {"dtype": "float32", "shape": [2, 3], "data": [1e308] * 6}}]}, r"feeds\[0\]\.x\.data.*fit"),
+    ({"feeds": [{"x": {"dtype": "float32", "shape": [6], "data": [[0.5]] * 6}}]}, r"feeds\[0\]\.x\.data.*flat"),
+    ({"feeds": {"x": 1}}, "feeds: expected a list"),
+    ({"feeds": [[1, 2]]}, r"feeds\[0\]: expected an object"),
+    ({"initial_persistables": [1]}, "initial_persistables: expected an object"),
+    ({"initial_persistables": {"fc_0.w_0": {"dtype": "float32"}}}, r"initial_persistables\.fc_0\.w_0: expected an array"),
+    ({"loss_name": ["mean_0.tmp_0"]}, "loss_name: expected a variable name"),
+    ({"startup": [1]}, r"startup: malformed program/v1 program at <root>"),
+    ({"main": {"blocks": [{"ops": [{"type": "relu", "inputs": {"X": ["x"]}, "attrs": {"op_role": True}}]}]}},
+     r"main: malformed program/v1 program at blocks\[0\]\.ops\[0\] \(relu\)\.attrs\.op_role"),
+])
+def test_run_bad_record_entries_are_typed_and_name_the_entry(tmp_path, capsys, changes, words):
+    assert main(["run", _record(tmp_path, **changes)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("refimpl run: InvalidArgument: "), captured.err
+    assert re.search(words, lines[0]), lines[0]
+

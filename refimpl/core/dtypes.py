@@ -5,6 +5,8 @@ INT64 = 3, ...); op attributes such as ``fill_constant.dtype`` store the
 integer. Here a dtype is just its Paddle name (``"float32"``), and this module
 converts between the name, the enum integer and ``numpy.dtype``.
 """
+from typing import Any
+
 import numpy as np
 
 from .errors import InvalidArgument
@@ -26,26 +28,36 @@ _NUMPY = {
 _ALIASES = {"float": "float32", "double": "float64", "int": "int64", "half": "float16"}
 
 
-def convert_dtype(dtype):
-    """Return the Paddle dtype name for a name, a VarType int or a NumPy dtype."""
+def convert_dtype(dtype: Any) -> str:
+    """Return the Paddle dtype name for a name, a VarType int or a NumPy dtype.
+
+    Only a string, an integer (not a boolean), a ``numpy.dtype`` or a type
+    (``np.float32``, ``float``) is a dtype; anything else (a list, a dict, a
+    boolean) is InvalidArgument, never NumPy's own error for it.
+    """
     if isinstance(dtype, str):
         name = _ALIASES.get(dtype, dtype)
         if name in VARTYPE:
             return name
-    elif isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
+    elif isinstance(dtype, (int, np.integer)) and not isinstance(dtype, (bool, np.bool_)):
         if int(dtype) in VARTYPE_TO_NAME:
             return VARTYPE_TO_NAME[int(dtype)]
-    else:
+    elif isinstance(dtype, (np.dtype, type)):
         try:
             name = np.dtype(dtype).name
-        except TypeError:
+        except (TypeError, ValueError):
             name = None
         if name in VARTYPE:
             return name
-    raise InvalidArgument(f"unsupported dtype {dtype!r}; expected one of {sorted(VARTYPE)}")
+    raise InvalidArgument(f"unsupported dtype {_short(dtype)}; expected one of {sorted(VARTYPE)}")
 
 
-def to_numpy_dtype(dtype):
+def _short(v: Any) -> str:
+    r = repr(v) if not isinstance(v, (list, dict, tuple)) else f"<{type(v).__name__} of {len(v)}>"
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def to_numpy_dtype(dtype: Any) -> np.dtype:
     """The ``numpy.dtype`` for a Paddle dtype given in any accepted form."""
     name = convert_dtype(dtype)
     if name not in _NUMPY:
@@ -53,6 +65,6 @@ def to_numpy_dtype(dtype):
     return np.dtype(_NUMPY[name])
 
 
-def to_vartype(dtype):
+def to_vartype(dtype: Any) -> int:
     """The VarType enum integer (as stored in op attrs) for a dtype."""
     return VARTYPE[convert_dtype(dtype)]

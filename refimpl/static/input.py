@@ -1,7 +1,8 @@
 """``static.data``, ``create_parameter`` and ``create_global_var``.
 
 Mirrors ``paddle.static.data`` (a data variable: -1 for ``None`` dims,
-``stop_gradient=True``, ``is_data=True``, checked when fed),
+``stop_gradient=True``, ``is_data=True``, checked when fed; a dim is an
+int >= -1 or ``None``, never a boolean, as Paddle's ``check_shape``),
 ``paddle.static.create_parameter`` and ``paddle.static.create_global_var``
 (a persistable variable initialised by a ``fill_constant`` in the startup
 program).
@@ -31,7 +32,7 @@ def data(name: str, shape: Sequence[Optional[int]], dtype: Any = "float32", lod_
     for d in shape:
         if d is None:
             d = -1
-        if not isinstance(d, int) or d < -1:
+        if not isinstance(d, int) or isinstance(d, bool) or d < -1:  # True is no dim of 1
             raise InvalidArgument(f"static.data({name!r}): bad dim {d!r} in shape {list(shape)}")
         dims.append(d)
     return default_main_program().global_block().create_var(
