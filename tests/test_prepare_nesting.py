@@ -123,3 +123,25 @@ def test_a_sub_block_sees_the_feeds_of_the_block_running_it(gc_gb):
                                            attrs={"scale": 3.0})
         paddle.static.nn.cond(pred, body)
     run(main)
+
+
+def test_sub_block_op_reading_what_nobody_wrote_is_a_typed_error_naming_it():
+    """Block 0's input check cannot see into sub-blocks; the failing kernel's error names the empty input."""
+    main, startup = Program(), Program()
+    with paddle.static.program_guard(main, startup), unique_name.guard():
+        x = paddle.static.data("x", [2], "float32")
+        pred = paddle.static.data("p", [1], "bool")
+        out = main.global_block().create_var(name="out", shape=[2], dtype="float32", persistable=True)
+        sub = main._create_block()
+        ghost = sub.create_var(name="ghost", shape=[2], dtype="float32")
+        sub.append_op(type="elementwise_add", inputs={"X": [x], "Y": [ghost]}, outputs={"Out": [out]})
+        main._rollback()
+        scope_var = main.global_block().create_var(type="STEP_SCOPES")
+        main.global_block().append_op(type="conditional_block", inputs={"Cond": [pred], "Input": [x]},
+                                      outputs={"Out": [out], "Scope": [scope_var]},
+                                      attrs={"sub_block": sub, "is_scalar_condition": True})
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with pytest.raises(paddle.core.errors.PreconditionNotMet, match=r"block 1 op 0 \(elementwise_add\) reads "
+                                                                    r"'ghost', which holds no value"):
+        exe.run(main, feed={"x": np.ones(2, "float32"), "p": np.array([True])}, fetch_list=["out"],
+                scope=paddle.static.Scope())

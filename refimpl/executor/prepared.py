@@ -23,7 +23,7 @@ type and gets a note with the op's location and its inputs' shapes.
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from refimpl import flags
-from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
+from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound, PreconditionNotMet
 from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.core.scope import Scope
 from refimpl.core.tensor import DenseTensor
@@ -224,12 +224,21 @@ class PreparedBlock:
             if isinstance(msg, str) and msg.startswith("block "):
                 raise exc  # already located (an op of a sub-block)
             raise type(exc)(f"{where}: {msg}") from exc
+        empty = self._empty_inputs(op)
+        if empty:  # the kernel tripped over a missing value (a sub-block reading what nobody wrote)
+            raise PreconditionNotMet(f"{where} reads {empty[0]!r}, which holds no value: no earlier op "
+                                     f"produces it and the scope does not hold it") from exc
         if isinstance(exc, ValueError):  # NumPy: operands that do not fit together
             raise InvalidArgument(f"{where}: {type(exc).__name__}: {exc}") from exc
         notes = getattr(exc, "__notes__", ())
         if hasattr(exc, "add_note") and not any(n.startswith("refimpl: in ") for n in notes):
             exc.add_note(f"refimpl: in {where}; inputs: {self._input_shapes(op)}")
         raise exc
+
+    def _empty_inputs(self, op: Operator) -> List[str]:
+        """The inputs of ``op`` that hold no value (asked only after a failure: a kernel may need even
+        the shape of a no-need-buffer input)."""
+        return [n for n in op.input_arg_names if n not in self.tensors or self.tensors[n]._array is None]
 
     def _input_shapes(self, op: Operator) -> str:
         parts = []

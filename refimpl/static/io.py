@@ -121,9 +121,10 @@ def read_json(path: str, what: str = "model file") -> Any:
             return json.loads(f.read().decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise InvalidArgument(f"{what} {path!r} is truncated or corrupted ({e})") from None
+    except RecursionError:
+        raise InvalidArgument(f"{what} {path!r} nests its JSON values too deeply") from None
 
 
-# ---- a save of several files: stamped with one id, committed by its manifest ------------------
 # ---- which variables ----------------------------------------------------------
 def _programs(program):
     """The Programs behind ``program`` (a Program, a CompiledProgram or a pipeline Plan)."""
