@@ -97,11 +97,11 @@ def test_role_constants():
     assert {k: getattr(Role, k) for k in DATA["role_constants"]} == DATA["role_constants"]
 
 
-def test_backup_env_file(case_env, tmp_path):
+def test_backup_env_file(case_env, tmp_path, monkeypatch):
     case_env({"env": {"PADDLE_TRAINER_ID": "1"}, "static_mode": False})
     path = tmp_path / "env.json"
     path.write_text(json.dumps({"PADDLE_TRAINER_ENDPOINTS": "10.0.0.1:1,10.0.0.2:1"}))
-    os.environ["PADDLE_BACKUP_ENV_PATH"] = str(path)
+    monkeypatch.setenv("PADDLE_BACKUP_ENV_PATH", str(path))  # undone after the test, unlike os.environ[...]
     rm = PaddleCloudRoleMaker(is_collective=True)
     assert rm._get_trainer_endpoints() == ["10.0.0.1:1", "10.0.0.2:1"] and rm._node_num() == 2
 
