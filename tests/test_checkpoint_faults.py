@@ -28,26 +28,13 @@ from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
 from refimpl.distributed import ps
 from refimpl.framework import Program, unique_name
 from refimpl.static import io
+from test_checkpoint import DIN, build  # fc-tanh-fc, Adam under StepDecay, optional dropout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DIN = 4
-
-
-def build(dropout=False):
-    main, startup = Program(), Program()
-    with paddle.static.program_guard(main, startup), unique_name.guard():
-        x = paddle.static.data("x", [None, DIN], "float32")
-        y = paddle.static.data("y", [None, 1], "float32")
-        h = paddle.static.nn.fc(x, 8, activation="tanh")
-        if dropout:
-            h = paddle.nn.functional.dropout(h, p=0.5)
-        loss = paddle.mean(paddle.square(paddle.static.nn.fc(h, 1) - y))
-        paddle.optimizer.Adam(paddle.optimizer.lr.StepDecay(0.05, step_size=2, gamma=0.5)).minimize(loss)
-    return main, startup, loss
 
 
 def fresh(seed, dropout=False):
-    main, startup, loss = build(dropout)
+    main, startup, loss = build(dropout=dropout)
     scope, exe = paddle.static.Scope(), paddle.static.Executor()
     paddle.seed(seed)
     exe.run(startup, scope=scope)
