@@ -21,7 +21,7 @@ from refimpl.distributed.communication import RankHung, context, run_in_process
 from refimpl.distributed.communication.communicator import EXIT_DIED, EXIT_HUNG
 from refimpl.distributed.launch.main import _parser
 
-T = 1.0  # seconds: the timeout of every run here
+T = 2.0  # seconds: the timeout of every run here (the old code took 2 T: the bounds below leave room for a loaded machine)
 
 
 @pytest.fixture()
@@ -47,9 +47,9 @@ def test_a_hung_rank_is_named_within_one_timeout(release):
             release.wait(30)  # hangs (until the test ends)
         c.all_reduce(np.ones(2))
     err, took = stopped(fn, 4)
-    assert took <= 1.5 * T, took
+    assert took < 1.75 * T, took
     assert err.rank == 1 and err.hung == [1] and err.waited == [0, 2, 3]
-    assert str(err).startswith("(Unavailable) rank 1 hung: did not reach all_reduce on ring 0 (call #2) within 1 s; "
+    assert str(err).startswith("(Unavailable) rank 1 hung: did not reach all_reduce on ring 0 (call #2) within 2 s; "
                                "rank(s) [0, 2, 3] waited"), str(err)
     assert "rank 1 failed" not in str(err) and "rank 0 failed" not in str(err)
     assert isinstance(err.error, ExecutionTimeout) and "rank(s) [1] never arrived" in str(err.error)
@@ -71,7 +71,7 @@ def test_the_blame_follows_who_waits_for_whom(release):
         else:
             release.wait(30)       # rank 3 hangs
     err, took = stopped(fn, 4)
-    assert took <= 1.5 * T, took
+    assert took < 1.75 * T, took
     assert err.rank == 3 and err.hung == [3] and err.waited == [0, 1, 2]
     assert "rank 3 hung: did not reach all_reduce on ring 0 (call #1)" in str(err), str(err)
 
@@ -81,7 +81,7 @@ def test_a_cycle_is_reported_as_a_deadlock():
         r, c = context.current().rank, context.current().comm(0)
         c.recv(1 - r)
     err, took = stopped(fn, 2)
-    assert took <= 1.5 * T, took
+    assert took < 1.75 * T, took
     assert err.hung == [] and err.waited == [0, 1]
     assert "deadlock: ranks [0, 1] all wait for each other" in str(err), str(err)
     assert "rank 0: recv from peer 1 on ring 0" in str(err) and "rank 1: recv from peer 0 on ring 0" in str(err)
@@ -92,10 +92,10 @@ def test_a_rank_that_returned_early_is_named():
         if context.current().rank != 2:
             context.current().comm(0).barrier()
     err, took = stopped(fn, 3)
-    assert took <= 1.5 * T, took
+    assert took < 1.75 * T, took
     assert err.rank == 2
     assert "rank 2 finished without reaching barrier on ring 0 (call #1); rank(s) [0, 1] waited (rank " in str(err)
-    assert ": barrier on ring 0 (call #1): timed out after 1 s)" in str(err), str(err)
+    assert ": barrier on ring 0 (call #1): timed out after 2 s)" in str(err), str(err)
 
 
 # ---- the launcher ----------------------------------------------------------------------------
