@@ -48,6 +48,16 @@ MAX_ULP = 4
 CLOSE = {"reduce_sum": 1e-7, "matmul_v2": 1e-7, "elementwise_add_grad": 1e-7, "elementwise_sub_grad": 1e-7,
          "elementwise_mul_grad": 1e-7, "elementwise_div_grad": 1e-7, "elementwise_pow_grad": 1e-7}
 
+# the op families of real models keep their tolerance entries apart (one line each)
+ULP |= set()    # conv_ops.py
+CLOSE.update()  # conv_ops.py
+ULP |= set()    # norm_ops.py
+CLOSE.update()  # norm_ops.py
+ULP |= set()    # index_ops.py
+CLOSE.update()  # index_ops.py
+ULP |= set()    # reduce_ops.py
+CLOSE.update()  # reduce_ops.py
+
 SEED = 20240611
 
 
