@@ -86,6 +86,26 @@ def f_less(DT):
     return lambda x, y, a, b: x < y
 
 
+@ew.functor(2)
+def f_not_equal(DT):
+    return lambda x, y, a, b: x != y
+
+
+@ew.functor(2)
+def f_less_equal(DT):
+    return lambda x, y, a, b: x <= y
+
+
+@ew.functor(2)
+def f_greater(DT):
+    return lambda x, y, a, b: x > y
+
+
+@ew.functor(2)
+def f_greater_equal(DT):
+    return lambda x, y, a, b: x >= y
+
+
 @ew.functor(1)
 def f_neg(DT):
     return lambda x, a, b: -x
@@ -225,6 +245,10 @@ def _register_compare(name, fn):
 
 _register_compare("equal", f_equal)
 _register_compare("less_than", f_less)
+_register_compare("not_equal", f_not_equal)
+_register_compare("less_equal", f_less_equal)
+_register_compare("greater_than", f_greater)
+_register_compare("greater_equal", f_greater_equal)
 
 
 def logical_not(X):

@@ -1,7 +1,8 @@
-"""Comparison and counter ops: equal, less_than, logical_not, increment.
+"""Comparison and counter ops: equal, not_equal, less_than, less_equal, greater_than,
+greater_equal, logical_not, increment.
 
-Each mirrors the Paddle op of the same name. ``equal`` and ``less_than``
-broadcast like the elementwise ops (``axis`` aligns a lower-rank Y with X's
+Each mirrors the Paddle op of the same name (``paddle/phi/kernels/cpu/compare_kernel.cc``).
+The comparisons broadcast like the elementwise ops (``axis`` aligns a lower-rank Y with X's
 dim ``axis``; -1 is trailing alignment) and output bool; ``force_cpu`` is
 accepted and has no effect. ``logical_not`` outputs bool. ``increment`` adds
 ``step`` to a one-element tensor and keeps its dtype (Paddle requires exactly
@@ -40,6 +41,10 @@ def _register_compare(name, fn):
 
 equal = _register_compare("equal", np.equal)
 less_than = _register_compare("less_than", np.less)
+not_equal = _register_compare("not_equal", np.not_equal)
+less_equal = _register_compare("less_equal", np.less_equal)
+greater_than = _register_compare("greater_than", np.greater)
+greater_equal = _register_compare("greater_equal", np.greater_equal)
 
 
 @register_op("logical_not", ["X"], ["Out"], {},
