@@ -21,9 +21,9 @@ from oracle import array, load, oracle_file
 
 REPLAYED = set()
 REPLAYED |= {"03_mlp_layers", "08_mlp_recompute"}  # ops refimpl already had
-REPLAYED |= set()  # conv_ops.py + norm_ops.py: 00_lenet, 01_resnet_block
+REPLAYED |= {"00_lenet", "01_resnet_block"}  # conv_ops.py + norm_ops.py: 00_lenet, 01_resnet_block
 REPLAYED |= set()  # index_ops.py: 02_gpt_mini, 09_gpt_recompute
-REPLAYED |= set()  # reduce_ops.py: 10_grad_clip, 11_grad_clip, 12_grad_clip
+REPLAYED |= {"10_grad_clip", "11_grad_clip", "12_grad_clip"}  # reduce_ops.py: 10_grad_clip, 11_grad_clip, 12_grad_clip
 REPLAYED |= set()  # index_ops.py + reduce_ops.py: 04_tensor_ops
 CASES = sorted(REPLAYED)
 

@@ -8,4 +8,5 @@ from . import registry
 from .registry import OPS, get_op_def, has_op, register_kernel, register_op
 from . import (activation_ops, collective_ops, control_flow_ops, creation_ops, logic_ops, loss_ops,  # noqa: F401
                manipulation_ops, math_ops, nn_ops, optimizer_ops, ps_ops, reader_ops)
-from . import conv_ops, index_ops, norm_ops, reduce_ops  # noqa: F401  (the ops of CNNs and transformers)
+from . import (conv_ops, index_ops, norm_ops, pool_ops, reduce_loss_ops, reduce_ops,  # noqa: F401  (real models)
+               shape_ops)
