@@ -22,9 +22,14 @@ from oracle import array, load, oracle_file
 REPLAYED = set()
 REPLAYED |= {"03_mlp_layers", "08_mlp_recompute"}  # ops refimpl already had
 REPLAYED |= {"00_lenet", "01_resnet_block"}  # conv_ops.py + norm_ops.py: 00_lenet, 01_resnet_block
-REPLAYED |= set()  # index_ops.py: 02_gpt_mini, 09_gpt_recompute
+# 02_gpt_mini / 09_gpt_recompute: every loss is bit-identical, but the key-projection biases have a true
+# gradient of zero, whose rounding noise (1e-9) AdamW turns into steps of +-lr: not yet Paddle's bits.
+REPLAYED |= set()  # index_ops.py
 REPLAYED |= {"10_grad_clip", "11_grad_clip", "12_grad_clip"}  # reduce_ops.py: 10_grad_clip, 11_grad_clip, 12_grad_clip
-REPLAYED |= set()  # index_ops.py + reduce_ops.py: 04_tensor_ops
+# 04_tensor_ops is not replayed: Paddle 2.6.2, which recorded it, gives gather_grad with axis != 0 the
+# gradient of the first outer index for every outer index (x of [2, 3, 2], gather on axis 1: both
+# batches get batch 0's gradient), and refimpl computes the true derivative instead.
+REPLAYED |= set()  # index_ops.py + reduce_ops.py
 CASES = sorted(REPLAYED)
 
 
