@@ -70,6 +70,43 @@ def array(entry):
     return np.array(entry["data"], dtype=entry["dtype"]).reshape(entry["shape"])
 
 
+def replay(d, gc_gb=0.0, trace=None):
+    """Run a recorded case's main program from its initial persistables on its feeds.
+
+    Before each step the recorded learning rate is written, as Paddle's executor writes an
+    ``LRScheduler``'s value (``lr_per_step`` in the core oracle, ``lr_schedule`` in the zoo).
+    ``trace`` records the first step. Returns (program, scope, losses, executor).
+    """
+    import refimpl as paddle
+    from refimpl.framework import Program
+    paddle.set_flags({"FLAGS_eager_delete_tensor_gb": gc_gb})
+    prog = Program.from_dict(d["main"])
+    scope = paddle.static.Scope()
+    for name, entry in d["initial_persistables"].items():
+        scope.var(name).get_tensor().set(array(entry))
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    losses = []
+    for step, feed in enumerate(d["feeds"]):
+        _write_lr(d, step, prog, scope)
+        out, = exe.run(prog, feed={k: array(v) for k, v in feed.items()}, fetch_list=[d["loss_name"]],
+                       scope=scope, trace=trace if step == 0 else None)
+        losses.append(out)
+    return prog, scope, losses, exe
+
+
+def _write_lr(d, step, prog, scope):
+    if d.get("lr_per_step"):
+        name = getattr(prog, "lr_var_name", "learning_rate_0")
+        value = np.array(d["lr_per_step"][step], dtype="float32")
+    elif d.get("lr_schedule"):
+        name = d["lr_schedule"]["var"]
+        value = np.full(np.array(scope.find_var(name).get_tensor()).shape, d["lr_schedule"]["values"][step],
+                        dtype="float32")
+    else:
+        return
+    scope.var(name).get_tensor().set(value)
+
+
 def _norm_op(op):
     def slots(d, kind):
         return {k: (sorted(v) if (op["type"], k) in UNORDERED else list(v)) for k, v in d.items()}

@@ -160,19 +160,11 @@ def child_program():
 
 
 CHILD = textwrap.dedent("""
-    import sys, numpy as np
-    sys.path.insert(0, {root!r})
+    import os, sys, numpy as np
+    sys.path[:0] = [{root!r}, os.path.join({root!r}, "tests")]
     import refimpl as paddle
     from refimpl.distributed import ps
-    from refimpl.framework import Program, unique_name
-
-    def child_program():  # the same as the test's
-        main, startup = Program(), Program()
-        with paddle.static.program_guard(main, startup), unique_name.guard():
-            x = paddle.static.data("x", [None, 512], "float32")
-            loss = paddle.mean(paddle.static.nn.fc(paddle.static.nn.fc(x, 512), 1))
-            paddle.optimizer.Adam(0.1).minimize(loss)
-        return main, startup
+    from test_checkpoint_faults import child_program
     kind, path = sys.argv[1], sys.argv[2]
     if kind == "ps":
         for k in range(1, 10 ** 6):

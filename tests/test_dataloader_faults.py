@@ -55,6 +55,17 @@ def fresh(startup):
     return exe, scope
 
 
+def take_one(iterable, loader, main, startup, x):
+    """Take the first batch (iterable: from ``loader()``; else started and read by a run); (exe, scope) or None."""
+    if iterable:
+        next(iter(loader()))
+        return None
+    exe, scope = fresh(startup)
+    loader.start()
+    exe.run(main, fetch_list=[x], scope=scope)
+    return exe, scope
+
+
 def producer_threads():
     return {t for t in threading.enumerate() if t.name.startswith(("refimpl-dataloader", "refimpl-double-buffer"))
             and t.is_alive()}
@@ -88,12 +99,7 @@ def stale_epoch(iterable):
             yield batch(2.0)
     loader.set_batch_generator(epoch1)
     before = producer_threads()
-    if iterable:
-        next(iter(loader()))
-    else:
-        exe, scope = fresh(startup)
-        loader.start()
-        exe.run(main, fetch_list=[x], scope=scope)
+    ran = take_one(iterable, loader, main, startup, x)
     time.sleep(0.05)  # the producer has pushed its second batch and waits in the generator
     old = producer_threads() - before
     t0 = time.monotonic()
@@ -108,6 +114,7 @@ def stale_epoch(iterable):
         values = [float(d["x"][0, 0]) for d in it]
     else:
         reset_s = time.monotonic() - t0
+        exe, scope = ran
         loader.start()
         release.set()
         try:
@@ -268,12 +275,7 @@ def test_a_generator_yielding_an_empty_list_is_an_error_not_an_empty_batch(itera
     main, startup, loader, x, _ = build(iterable)
     loader.set_batch_generator(lambda: iter([[]]))
     with pytest.raises(ValueError, match=r"gave 0 arrays.*\['x', 'y'\]"):
-        if iterable:
-            next(iter(loader()))
-        else:
-            exe, scope = fresh(startup)
-            loader.start()
-            exe.run(main, fetch_list=[x], scope=scope)
+        take_one(iterable, loader, main, startup, x)
     if not iterable:
         loader.reset()
 

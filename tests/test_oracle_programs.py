@@ -19,7 +19,7 @@ import refimpl as paddle
 from refimpl.executor import Trace, eager_deletion_vars
 from refimpl.framework import Program
 
-from oracle import EXTRA, array, case_files, diff_programs, load, load_models
+from oracle import EXTRA, array, case_files, diff_programs, load, load_models, replay
 
 PUBLIC = case_files()
 EXTRA_FILES = sorted(glob.glob(os.path.join(EXTRA, "*.json")))
@@ -56,29 +56,10 @@ def test_builds_the_same_programs(path):
     assert diff_programs(startup.to_dict(), d["startup"]) == []
 
 
-def _run_recorded(d, gc_gb=0.0, trace=None):
-    paddle.set_flags({"FLAGS_eager_delete_tensor_gb": gc_gb})
-    prog = Program.from_dict(d["main"])
-    scope = paddle.static.Scope()
-    for name, entry in d["initial_persistables"].items():
-        scope.var(name).get_tensor().set(array(entry))
-    exe = paddle.static.Executor(paddle.CPUPlace())
-    losses = []
-    for step, feed in enumerate(d["feeds"]):
-        lr = d.get("lr_per_step")
-        if lr:
-            scope.var(prog.lr_var_name if hasattr(prog, "lr_var_name") else "learning_rate_0").get_tensor().set(
-                np.array(lr[step], dtype="float32"))
-        out, = exe.run(prog, feed={k: array(v) for k, v in feed.items()}, fetch_list=[d["loss_name"]],
-                       scope=scope, trace=trace if step == 0 else None)
-        losses.append(out)
-    return prog, scope, losses, exe
-
-
 @pytest.mark.parametrize("path", ALL, ids=ids)
 def test_reproduces_recorded_numbers(path):
     d = load(path)
-    _, scope, losses, _ = _run_recorded(d)
+    _, scope, losses, _ = replay(d)
     for got, want in zip(losses, d["fetched_loss"]):
         np.testing.assert_allclose(got, array(want), rtol=1e-5, atol=1e-6)
     for name, entry in d["final_persistables"].items():
@@ -98,7 +79,7 @@ def test_eager_deletion_plan_matches_paddle(path):
 def test_executor_frees_exactly_the_plan(path):
     d = load(path)
     trace = Trace()
-    prog, _, _, _ = _run_recorded(d, trace=trace)
+    prog, _, _, _ = replay(d, trace=trace)
     plan = d["eager_deletion_vars"]
     for b, block_plan in enumerate(plan):
         want = {i: names for i, names in enumerate(block_plan) if names}

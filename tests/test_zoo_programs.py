@@ -13,11 +13,10 @@ import os
 import numpy as np
 import pytest
 
-import refimpl as paddle
 from refimpl.executor import eager_deletion_vars
 from refimpl.framework import Program
 
-from oracle import array, load, oracle_file
+from oracle import array, load, oracle_file, replay
 
 REPLAYED = set()
 REPLAYED |= {"03_mlp_layers", "08_mlp_recompute"}  # ops refimpl already had
@@ -37,26 +36,6 @@ def _case(name):
     return load(oracle_file(os.path.join("zoo", "programs", name + ".json")))
 
 
-def replay(d, gc_gb=0.0):
-    """Run the recorded main program on the recorded feeds: (losses, scope, program)."""
-    paddle.set_flags({"FLAGS_eager_delete_tensor_gb": gc_gb})
-    prog = Program.from_dict(d["main"])
-    scope = paddle.static.Scope()
-    for name, entry in d["initial_persistables"].items():
-        scope.var(name).get_tensor().set(array(entry))
-    exe = paddle.static.Executor(paddle.CPUPlace())
-    sched = d.get("lr_schedule")
-    losses = []
-    for step, feed in enumerate(d["feeds"]):
-        if sched:
-            lr_shape = np.array(scope.find_var(sched["var"]).get_tensor()).shape
-            scope.var(sched["var"]).get_tensor().set(np.full(lr_shape, sched["values"][step], "float32"))
-        out, = exe.run(prog, feed={k: array(v) for k, v in feed.items()}, fetch_list=[d["loss_name"]],
-                       scope=scope)
-        losses.append(np.asarray(out))
-    return losses, scope, prog
-
-
 def _tolerance(d):
     tol = d.get("tolerance") or {"rtol": 1e-5, "atol": 1e-6}
     return tol["rtol"], tol["atol"]
@@ -66,7 +45,7 @@ def _tolerance(d):
 def test_reproduces_recorded_numbers(name):
     d = _case(name)
     rtol, atol = _tolerance(d)
-    losses, scope, _ = replay(d)
+    _, scope, losses, _ = replay(d)
     for step, (got, want) in enumerate(zip(losses, d["fetched_loss"])):
         np.testing.assert_allclose(got, array(want), rtol=rtol, atol=atol, err_msg=f"{name}: loss of step {step}")
     for var, entry in d["final_persistables"].items():
