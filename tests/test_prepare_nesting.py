@@ -1,4 +1,6 @@
 """Nested conditional_blocks: each block is prepared once, deep nesting works, cycles are refused."""
+import importlib.util
+import os
 from collections import Counter
 
 import numpy as np
@@ -10,40 +12,21 @@ from refimpl.executor import Trace
 from refimpl.executor import prepared as prepared_module
 from refimpl.framework import Program, unique_name
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location("prepare_nesting",
+                                               os.path.join(ROOT, "benchmarks", "prepare_nesting.py"))
+_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_bench)
+# ``depth`` conditional_blocks, each inside the last, ``refs`` per level running the next block: every
+# level computes a temporary its GC plan frees; the innermost writes ``out = 3 * x`` (a persistable
+# of block 0), so the fetched ``out`` says the innermost level ran. The benchmark times the same programs.
+nested = _bench.nested
+
 
 @pytest.fixture(autouse=True)
 def _gc_default():
     yield
     paddle.set_flags({"FLAGS_eager_delete_tensor_gb": 0.0})
-
-
-def nested(depth, refs_per_level=1):
-    """``depth`` conditional_blocks, each inside the last (built without Python recursion).
-
-    Every level computes a temporary (``scale``) and then runs the next level; a level may run the
-    next block through several ``conditional_block`` ops. The innermost block writes ``out =
-    3 * x`` into a persistable of block 0, so the fetched ``out`` says the innermost level ran.
-    """
-    main, startup = Program(), Program()
-    with paddle.static.program_guard(main, startup), unique_name.guard():
-        x = paddle.static.data("x", [2], "float32")
-        pred = paddle.static.data("p", [1], "bool")
-        out = main.global_block().create_var(name="out", shape=[2], dtype="float32", persistable=True)
-        for _ in range(depth):
-            main._create_block()
-            paddle.scale(x, 2.0)  # a temporary of this level, freed by its GC plan
-        main.current_block().append_op(type="scale", inputs={"X": [x]}, outputs={"Out": [out]},
-                                       attrs={"scale": 3.0})
-        for _ in range(depth):
-            sub = main.current_block()
-            main._rollback()
-            parent = main.current_block()
-            for _ in range(refs_per_level):
-                scope_var = parent.create_var(type="STEP_SCOPES")
-                parent.append_op(type="conditional_block", inputs={"Cond": [pred], "Input": [x]},
-                                 outputs={"Out": [out], "Scope": [scope_var]},
-                                 attrs={"sub_block": sub, "is_scalar_condition": True})
-    return main
 
 
 def run(main, trace=None):
@@ -111,7 +94,7 @@ def test_a_block_nested_in_itself_is_refused(block_idx, to_idx, which):
 def test_a_sub_block_sees_the_feeds_of_the_block_running_it(gc_gb):
     """No op of block 0 but the conditional_blocks reads ``x``: the sub-blocks still read the fed ``x``."""
     paddle.set_flags({"FLAGS_eager_delete_tensor_gb": gc_gb})
-    run(nested(3, refs_per_level=2))
+    run(nested(3, refs=2))
     main, startup = Program(), Program()
     with paddle.static.program_guard(main, startup), unique_name.guard():
         x = paddle.static.data("x", [2], "float32")
