@@ -8,6 +8,7 @@ import pytest
 
 import refimpl as paddle
 from refimpl.core import PreconditionNotMet
+from refimpl.distributed.communication import RankFailed
 from refimpl.framework import Program, unique_name
 
 
@@ -82,3 +83,16 @@ def test_the_environment_variable_sets_the_flag():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.stdout.strip() == "True", out.stderr
+
+
+def test_switching_the_flag_applies_to_a_cached_compiled_program():
+    """CompiledProgram keeps its own cache of prepared places: it keys on the flag as the executor does."""
+    main, loss = build()
+    exe, scope = paddle.static.Executor(paddle.CPUPlace()), paddle.static.Scope()
+    compiled = paddle.static.CompiledProgram(main, places=[paddle.CPUPlace()] * 2)
+    x = {"x": np.array([[0.0, 1.0], [1.0, 1.0]], dtype="float32")}
+    assert np.isnan(exe.run(compiled, feed=x, fetch_list=[loss], scope=scope)[0]).any()
+    paddle.set_flags({"FLAGS_check_nan_inf": True})
+    with pytest.raises(RankFailed, match="log") as info:  # the place whose row is 0 fails
+        exe.run(compiled, feed=x, fetch_list=[loss], scope=scope)
+    assert isinstance(info.value.error, PreconditionNotMet)

@@ -30,7 +30,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from refimpl import flags
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound, PreconditionNotMet
 from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.core.place import Place
@@ -45,7 +44,7 @@ from refimpl.ops.registry import get_op_def
 from .backend import default_place, to_device, to_host
 from .garbage_collector import gc_threshold_bytes
 from .gc_plan import no_need_buffer_inputs
-from .prepared import PreparedBlock
+from .prepared import PreparedBlock, prepare_flags
 from .trace import Trace
 
 
@@ -378,8 +377,7 @@ class Executor:
     def _prepared(self, program, scope, feed_names, fetch_names, use_cache):
         backend = self.place.backend
         threshold = gc_threshold_bytes()
-        key = (id(program), id(scope), feed_names, fetch_names, threshold, backend,
-               flags.flag("FLAGS_fast_eager_deletion_mode"), flags.flag("FLAGS_check_nan_inf"))
+        key = (id(program), id(scope), feed_names, fetch_names, threshold, backend, prepare_flags())
         hit = self._cache.get(key)
         if hit is not None and hit[0] is program and hit[1] == program._version and hit[2] is scope:
             return hit[3]

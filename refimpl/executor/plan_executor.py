@@ -22,7 +22,7 @@ from .executor import _name_of, check_feed
 from .garbage_collector import Memory, gc_threshold_bytes
 from .gc_plan import no_need_buffer_inputs
 from .plan import Plan
-from .prepared import PreparedBlock
+from .prepared import PreparedBlock, prepare_flags
 from .trace import Trace
 
 
@@ -57,7 +57,7 @@ class PlanExecutor:
     def _prepared(self, plan, job, scopes, scope, fetch_names):
         threshold = gc_threshold_bytes()
         skip = tuple(job.skip_gc_vars()) + tuple(fetch_names)
-        key = (id(plan), job.type(), job.micro_batch_id(), skip, threshold)
+        key = (id(plan), job.type(), job.micro_batch_id(), skip, threshold, prepare_flags())
         hit = self._cache.get(key)
         program = plan.program(job.type())
         if hit is None or hit[0] is not program or hit[1] != program._version:

@@ -39,6 +39,12 @@ from .nesting import Nesting, make_room_to_run, prepare_nested
 from .trace import Trace
 
 
+def prepare_flags() -> Tuple[Any, ...]:
+    """The flags a block reads when it is prepared (its collector, its NaN/Inf checks): every cache of
+    prepared programs keys on them, so setting one takes effect at the next run."""
+    return flags.flag("FLAGS_fast_eager_deletion_mode"), flags.flag("FLAGS_check_nan_inf")
+
+
 class Step(NamedTuple):
     """One op of a prepared block."""
 

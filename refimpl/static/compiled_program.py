@@ -63,6 +63,7 @@ from refimpl.distributed.passes.data_parallel import apply_data_parallel, hierar
 from refimpl.executor.backend import to_host
 from refimpl.executor.executor import PreparedProgram, check_feed, fetch_names
 from refimpl.executor.garbage_collector import gc_threshold_bytes
+from refimpl.executor.prepared import prepare_flags
 from refimpl.executor.trace import Trace
 from refimpl.framework.program import Program
 from refimpl.io.blocking_queue import EOFException, set_reader_device_count
@@ -320,7 +321,7 @@ class CompiledProgram:
 
     def _prepared(self, feed_names, fetch_names, backend):
         threshold = gc_threshold_bytes()
-        key = (feed_names, fetch_names, threshold, backend)
+        key = (feed_names, fetch_names, threshold, backend, prepare_flags())
         preps = self._cache.get(key)
         if preps is None:  # each place's `read` ops pop that place's batches (reader_device)
             preps = self._cache[key] = [

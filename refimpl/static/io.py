@@ -81,11 +81,6 @@ Writer = Callable[[IO[bytes]], Any]
 
 
 # ---- files ------------------------------------------------------------------
-def atomic_write_files(contents: Dict[str, Writer]) -> None:
-    """Write {path: writer(fileobj)} so that each file is either old or new, never partial."""
-    atomic_file.write_files(contents)
-
-
 def _npz_writer(arrays: Mapping[str, np.ndarray], save_id: Optional[str] = None) -> Writer:
     return lambda f: npz_archive.write(f, arrays, save_id)
 
@@ -277,17 +272,18 @@ def load(program: Program, model_path: str, executor: Optional[Executor] = None,
     programs = _programs(program)
     scope = scope if scope is not None else global_scope()
     sched, whole = _scheduler(programs), var_list is None
+    wanted = None if whole else {getattr(v, "name", v) for v in var_list}
     with contextlib.ExitStack() as stack:
         readers = []
         for suffix, which in ((".pdparams", "params"), (".pdopt", "opt")):
             variables = _saved_vars(programs, which)
-            if var_list is not None:
-                wanted = {getattr(v, "name", v) for v in var_list}
+            if wanted is not None:
                 variables = {n: v for n, v in variables.items() if n in wanted}
             path = prefix + suffix
+            # the .pdopt also holds the scheduler's and the generator's states (see _read_checked)
             with_state = which == "opt" and (sched is not None or (whole and os.path.isfile(path)))
             if variables or with_state:
-                readers.append((stack.enter_context(npz_archive.NpzReader(path)), variables, which == "opt"))
+                readers.append((stack.enter_context(npz_archive.NpzReader(path)), variables, with_state))
         atomic_file.check_set(prefix, {r.path: r.save_id for r, _, _ in readers})
         values, sched_state, random_state = _read_checked(readers, sched, whole)
     _apply(values, scope, sched, sched_state, random_state)
