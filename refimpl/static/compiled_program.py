@@ -56,8 +56,8 @@ from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unavailable
 from refimpl.core.place import CPUPlace, CUDAPlace
 from refimpl.core.scope import global_scope
 from refimpl.core.tensor import DenseTensor
-from refimpl.distributed.communication import DEFAULT_TIMEOUT, InProcessWorld, RankFailed, RankHung, context
-from refimpl.distributed.communication.communicator import EXIT_FAILED, EXIT_HUNG
+from refimpl.distributed.communication import DEFAULT_TIMEOUT, InProcessWorld, RankFailed, context
+from refimpl.distributed.communication.communicator import exit_code_of
 from refimpl.distributed.communication.inprocess import run_threads
 from refimpl.distributed.passes.data_parallel import apply_data_parallel, hierarchical_rings
 from refimpl.executor.backend import to_host
@@ -356,7 +356,7 @@ class CompiledProgram:
             if not isinstance(exc.error, Exception) and self._hybrid is None:
                 raise exc.error  # Ctrl-C or sys.exit in a place's reader reaches the caller as itself
             if self._hybrid is not None:  # as run_hybrid: a failing rank ends the MPI job
-                self._hybrid.mpi.abort(str(exc), EXIT_HUNG if isinstance(exc, RankHung) else EXIT_FAILED)
+                self._hybrid.mpi.abort(str(exc), exit_code_of(exc))
             raise
         self._bcast_pending = False
         return results

@@ -73,6 +73,11 @@ class RankHung(RankFailed):
         self.hung, self.waited = list(hung), list(waited)
 
 
+def exit_code_of(exc: RankFailed) -> int:
+    """The job's exit status for ``exc``: EXIT_HUNG for a hang or deadlock, else EXIT_FAILED."""
+    return EXIT_HUNG if isinstance(exc, RankHung) else EXIT_FAILED
+
+
 def reduce_op(op: Union[int, str]) -> int:
     """A ReduceOp value from a ReduceOp int or a name (``"sum"``, ``"avg"`` ...)."""
     if isinstance(op, str) and op.lower() in _BY_NAME:

@@ -25,8 +25,8 @@ import numpy as np
 
 from refimpl.core.errors import InvalidArgument, Unimplemented
 
-from .communicator import (DEFAULT_TIMEOUT, EXIT_FAILED, EXIT_HUNG, RankFailed, RankHung, ReduceOp, check_recv,
-                           check_root, check_scatter_shape, finish_avg, reduce_arrays, reduce_op)
+from .communicator import (DEFAULT_TIMEOUT, RankFailed, ReduceOp, check_recv, check_root, exit_code_of,
+                           check_scatter_shape, finish_avg, reduce_arrays, reduce_op)
 from .inprocess import InProcessCommunicator, InProcessWorld, _into, run_threads
 
 if TYPE_CHECKING:
@@ -183,5 +183,5 @@ def run_hybrid(places: int, fn: Callable[..., Any], *args: Any, timeout: Optiona
         return run_threads(world, world.local_ranks(), fn, args, kwargs, timeout)
     except RankFailed as exc:
         if abort_on_error:  # the job's exit status says which: a rank raised, or one of its threads hung
-            ctx.world.abort(str(exc), EXIT_HUNG if isinstance(exc, RankHung) else EXIT_FAILED)
+            ctx.world.abort(str(exc), exit_code_of(exc))
         raise

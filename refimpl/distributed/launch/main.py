@@ -132,7 +132,7 @@ def _child(args):
 
 def _in_process(args):
     from refimpl.distributed.communication import RankFailed, run_in_process
-    from refimpl.distributed.communication.communicator import RankHung
+    from refimpl.distributed.communication.communicator import exit_code_of
     try:
         if args.server_num:
             from refimpl.distributed.ps import run_ps_in_process
@@ -142,7 +142,7 @@ def _in_process(args):
             run_in_process(args.nproc_per_node, _run_script, args.script, args.script_args, timeout=args.timeout)
     except RankFailed as exc:
         print(f"refimpl.distributed.launch: {exc}", file=sys.stderr)
-        return EXIT_HUNG if isinstance(exc, RankHung) else EXIT_FAILED
+        return exit_code_of(exc)
     return 0
 
 

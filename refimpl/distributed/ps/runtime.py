@@ -31,7 +31,6 @@ from refimpl.core import atomic_file, npz_archive
 from refimpl.core.errors import InvalidArgument, NotFound, PreconditionNotMet
 from refimpl.distributed.communication import DEFAULT_TIMEOUT, InProcessWorld, context
 from refimpl.distributed.communication.inprocess import run_threads
-from refimpl.ops.ps_ops import ps_runtime_of_current_rank
 
 from .client import PSClient
 from .server import ParameterServer
@@ -159,15 +158,6 @@ class PSRuntime:
         if self.client is None:
             raise PreconditionNotMet(f"{what}: call fleet.init_worker() on this worker first")
         return self.client
-
-
-def runtime_of_current_rank() -> PSRuntime:
-    """The running rank's PSRuntime (PreconditionNotMet if none was made on it)."""
-    return ps_runtime_of_current_rank()
-
-
-def client_of_current_rank(what: str) -> PSClient:
-    return runtime_of_current_rank().require_client(what)
 
 
 # ---- files --------------------------------------------------------------------------------------
