@@ -113,7 +113,7 @@ class Program:
     @paused_cyclic_gc
     def clone(self, for_test: bool = False) -> Program:
         """A deep copy; with ``for_test`` backward/optimize ops are dropped and is_test set."""
-        p = Program.from_dict(self.to_dict())
+        p = Program.from_dict(self.to_dict(), validate=False)  # our own document: nothing to check
         p.random_seed = self.random_seed
         if for_test:
             for b in p.blocks:
@@ -132,9 +132,10 @@ class Program:
         return program_to_dict(self)
 
     @staticmethod
-    def from_dict(d: Any) -> Program:
+    def from_dict(d: Any, validate: bool = True) -> Program:
+        """A Program from a ``program/v1`` document, checked first unless ``validate`` is False."""
         from .serialize import program_from_dict
-        return program_from_dict(d)
+        return program_from_dict(d, validate)
 
     def to_string(self, throw_on_error: bool = False, with_details: bool = False) -> str:
         return str(self)

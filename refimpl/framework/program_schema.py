@@ -94,12 +94,12 @@ def is_scalar(v: Any) -> bool:
     return isinstance(v, (str, numbers.Real))
 
 
-_PLAIN = {bool: "bool", int: "int", float: "float", str: "str"}
+PLAIN_KINDS = {bool: "bool", int: "int", float: "float", str: "str"}
 
 
 def scalar_kind(v: Any) -> Optional[str]:
     """bool, int, float, str, or None for anything else."""
-    kind = _PLAIN.get(type(v))  # the common case, without the slower ABC checks below
+    kind = PLAIN_KINDS.get(type(v))  # the common case, without the slower ABC checks below
     if kind is not None:
         return kind
     if isinstance(v, (bool, np.bool_)):
@@ -148,7 +148,7 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _scalar_fits(kind: str, v: Any) -> bool:
-    got = _PLAIN.get(type(v)) or scalar_kind(v)
+    got = scalar_kind(v)
     if kind == "float":  # stored as float32, as Paddle does: a larger finite value would become inf
         return got in ("int", "float") and not (math.isfinite(v) and abs(v) > _FLOAT32_MAX)
     if kind == "int":
@@ -175,7 +175,7 @@ def _value_kind(v: Any) -> str:
 def check_attr(opdef: OpDef, name: str, value: Any, op_where: str, n_blocks: int, refs: List[int]) -> None:
     """One attr of the op at ``op_where`` against its declared kind; its block references go to ``refs``."""
     kind = attr_kinds(opdef).get(name, "any")
-    if _PLAIN.get(type(value)) == kind and _scalar_fits(kind, value):
+    if PLAIN_KINDS.get(type(value)) == kind and _scalar_fits(kind, value):
         return  # the common case: a plain scalar of the declared kind
     if type(value) is list and kind.startswith("list:") and all(_scalar_fits(kind[5:], x) for x in value):
         if name in _SHAPE_ATTRS:

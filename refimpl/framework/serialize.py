@@ -15,17 +15,15 @@ from typing import Any, Dict, Iterable, Optional, Sequence, TYPE_CHECKING
 
 from .block import Block
 from .operator import Operator
-from .program_schema import FORMAT, validate_program
+from .program_schema import FORMAT, PLAIN_KINDS, validate_program
 from .variable import Parameter, Variable
 
 if TYPE_CHECKING:
     from .program import Program
 
-_PLAIN_KINDS = {bool: "bool", int: "int", float: "float", str: "str"}  # attr values kept as they are
-
 
 def _attr_to_json(v):
-    if type(v) in _PLAIN_KINDS:
+    if type(v) in PLAIN_KINDS:  # attr values kept as they are
         return v
     if isinstance(v, Block):
         return {"block": v.idx}
@@ -74,10 +72,15 @@ def _resolve_blocks(value: Any, blocks: Sequence[Block]) -> Any:
     return value
 
 
-def program_from_dict(d: Any) -> Program:
-    """Build a Program from a ``program/v1`` document, after :func:`program_schema.validate_program`."""
+def program_from_dict(d: Any, validate: bool = True) -> Program:
+    """Build a Program from a ``program/v1`` document, after :func:`program_schema.validate_program`.
+
+    ``validate=False`` is for documents refimpl has just written itself from a Program
+    (``Program.clone``, ``prune_program``): they need no second check.
+    """
     from .program import Program
-    validate_program(d)
+    if validate:
+        validate_program(d)
     prog = Program()
     prog.blocks = [Block(prog, i, bd.get("parent_idx", -1)) for i, bd in enumerate(d["blocks"])]
     for bd, b in zip(d["blocks"], prog.blocks):
