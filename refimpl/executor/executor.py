@@ -138,12 +138,13 @@ class PreparedProgram:
         self.run_ctx = {"reader_device": reader_device}
         self.block = PreparedBlock(program, 0, self.local_scope, scope, backend, fetch_names,
                                    gc_threshold, run_ctx=self.run_ctx, prologue=self._in_place_guard)
-        copied = self._feeds_to_copy(feed_names)
+        in_place = self._updated_in_place()
+        copied = self._feeds_to_copy(feed_names, in_place)
         self.feed_tensors = [(n, self.block.tensor(n), n in copied) for n in feed_names]
         self.fetch_tensors = [(n, self.block.tensor(n)) for n in fetch_names]
         self._check_inputs(set(feed_names))
         self._check_persistables()
-        self.journal = self._persistable_outputs()
+        self.journal = self._persistable_outputs(in_place)
 
     def set_value(self, name: str, value: np.ndarray) -> None:
         """Set variable ``name`` as this prepared program sees it (e.g. the learning rate before a run)."""
@@ -227,7 +228,12 @@ class PreparedProgram:
                                       f"optimizer update of this run was applied")
         return required, shaped, ones, explain
 
-    def _persistable_outputs(self):
+    def _updated_in_place(self):
+        """Names some op of the program both reads and writes in its own array (``sgd``'s Param/ParamOut)."""
+        return {n for b in self.program.blocks for op in b.ops if _updates_in_place(op, self.block.backend)
+                for n in set(op.input_arg_names).intersection(op.output_arg_names)}
+
+    def _persistable_outputs(self, in_place):
         """The tensors of persistables some op writes, as (out of place, in place).
 
         A failed run puts back the arrays the out-of-place ones held before
@@ -237,21 +243,18 @@ class PreparedProgram:
         update its array in place; undoing that would need a copy of every
         such array on every run (measured: +20% on the tiny MLP step), so
         those are not restored: instead their checks all run before the
-        first of them writes (see ``_guard_in_place_updates``).
+        first of them writes (see ``_in_place_guard``).
         """
         gblock = self.program.global_block()
-        written, inplace = {}, set()
+        written = {}
         for b in self.program.blocks:
             for op in b.ops:
-                ins = set(op.input_arg_names) if _updates_in_place(op, self.block.backend) else ()
                 for n in op.output_arg_names:
                     var = gblock.vars.get(n)
                     if var is not None and var.persistable and var.type == "DENSE_TENSOR":
                         written[n] = self.block.tensor(n)
-                        if n in ins:
-                            inplace.add(n)
-        return (tuple(t for n, t in written.items() if n not in inplace),
-                tuple(t for n, t in written.items() if n in inplace))
+        return (tuple(t for n, t in written.items() if n not in in_place),
+                tuple(t for n, t in written.items() if n in in_place))
 
     def _restore(self, refs):
         """Undo a failed run: every persistable written out of place holds its old value again."""
@@ -279,7 +282,7 @@ class PreparedProgram:
                                          f"scope does not hold (did you run the startup program?)")
             available.update(op.output_arg_names)
 
-    def _feeds_to_copy(self, feed_names):
+    def _feeds_to_copy(self, feed_names, in_place):
         """The feeds a run must copy so that it never writes into the caller's array.
 
         As Paddle's feed copies into the scope's tensor: a fed persistable
@@ -289,8 +292,6 @@ class PreparedProgram:
         (With a device backend the transfer to the device is the copy.)
         """
         gblock = self.program.global_block()
-        in_place = {n for b in self.program.blocks for op in b.ops if _updates_in_place(op, self.block.backend)
-                    for n in set(op.input_arg_names).intersection(op.output_arg_names)}
         return {n for n in feed_names
                 if n in in_place or (gblock.vars.get(n) is not None and gblock.vars[n].persistable)}
 
