@@ -46,7 +46,7 @@ from typing import Any, List, Optional
 import numpy as np
 
 from refimpl.core.errors import EOFException, Fatal, InvalidArgument, PreconditionNotMet  # noqa: F401
-from refimpl.core.queue_registry import lookup, register  # noqa: F401  (re-exported: the loader registers)
+from refimpl.core.queue_registry import lookup
 
 JOIN_TIMEOUT = 10.0  # seconds to wait for a prefetch or producer thread to stop
 

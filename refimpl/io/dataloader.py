@@ -43,11 +43,12 @@ import numpy as np
 
 from refimpl.core.dtypes import to_numpy_dtype, to_vartype
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
+from refimpl.core.queue_registry import register
 from refimpl.core.scope import global_scope
 from refimpl.framework.program import default_main_program
 from refimpl.ops.reader_ops import check_batch
 
-from .blocking_queue import BlockingQueue, register
+from .blocking_queue import BlockingQueue
 
 logger = logging.getLogger("refimpl")
 
