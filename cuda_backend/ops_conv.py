@@ -17,7 +17,7 @@ from refimpl.ops.conv_ops import conv_shapes, flatten_shape
 from refimpl.ops.registry import register_kernel
 
 from .device import cuda, dev, empty, flat, launch
-from .ops_manipulation import transpose, xshape_of
+from .ops_manipulation import from_xshape, transpose, xshape_of
 from .ops_matmul import bmm
 
 
@@ -69,11 +69,11 @@ class _Geo:
                 self.pads[0], self.pads[2], self.dil[0], self.dil[1], zero)
 
 
-def _nchw(a, fmt):
+def to_nchw(a, fmt):
     return transpose(a, [0, 3, 1, 2]) if fmt == "NHWC" else dev(a)
 
 
-def _from_nchw(a, fmt):
+def from_nchw(a, fmt):
     return transpose(a, [0, 2, 3, 1]) if fmt == "NHWC" else a
 
 
@@ -85,25 +85,25 @@ def _im2col_of(x, geo):
 
 def conv_forward(op, Input, Filter, attrs):
     fmt = attrs["data_format"]
-    x, w = _nchw(Input, fmt), dev(Filter)
+    x, w = to_nchw(Input, fmt), dev(Filter)
     geo = _Geo(op, Input, Filter, attrs)
     out = bmm(w.reshape((geo.g, geo.co // geo.g, geo.k)), _im2col_of(x, geo))     # (G, Co/G, N*OH*OW)
     out = transpose(out.reshape((geo.co, geo.n, geo.oh * geo.ow)), [1, 0, 2])
-    return _from_nchw(out.reshape((geo.n, geo.co, geo.oh, geo.ow)), fmt)
+    return from_nchw(out.reshape((geo.n, geo.co, geo.oh, geo.ow)), fmt)
 
 
 def conv_backward(op, Input, Filter, dOut, attrs, need):
     fmt = attrs["data_format"]
-    x, w = _nchw(Input, fmt), dev(Filter)
+    x, w = to_nchw(Input, fmt), dev(Filter)
     geo = _Geo(op, Input, Filter, attrs)
-    d = _nchw(dOut, fmt).reshape((geo.n, geo.co, geo.oh * geo.ow))
+    d = to_nchw(dOut, fmt).reshape((geo.n, geo.co, geo.oh * geo.ow))
     d = transpose(d, [1, 0, 2]).reshape((geo.g, geo.co // geo.g, geo.nl))
     dx = dw = None
     if need[0]:
         dcols = bmm(w.reshape((geo.g, geo.co // geo.g, geo.k)), d, trans_a=True)   # (G, K, N*OH*OW)
         dxn = empty((geo.n, geo.c, geo.h, geo.w), x.dtype)
         launch(_col2im, dxn.size, flat(dcols), flat(dxn), *geo.args(x.dtype.type(0)))
-        dx = _from_nchw(dxn, fmt)
+        dx = from_nchw(dxn, fmt)
     if need[1]:
         dw = bmm(d, _im2col_of(x, geo), trans_b=True).reshape(tuple(Filter.shape))
     return dx, dw
@@ -141,9 +141,5 @@ def flatten_contiguous_range(X, *, start_axis, stop_axis, need):
     return out, (xshape_of(X) if need[1] else None)
 
 
-def flatten_contiguous_range_grad(XShape, dOut):
-    return dev(dOut).reshape(tuple(XShape.shape[1:]))
-
-
 register_kernel("flatten_contiguous_range", "cuda", flatten_contiguous_range)
-register_kernel("flatten_contiguous_range_grad", "cuda", flatten_contiguous_range_grad)
+register_kernel("flatten_contiguous_range_grad", "cuda", from_xshape)

@@ -32,12 +32,13 @@ def full(shape, value, dtype):
     return out
 
 
-def _host(t):
+def host_or_none(t):
+    """A host copy of ``t``, or None for None (an optional tensor input)."""
     return None if t is None else to_host(t)
 
 
 def _shape(ShapeTensor, ShapeTensorList, shape):
-    return cpu._shape(_host(ShapeTensor), [_host(t) for t in ShapeTensorList or []], shape)
+    return cpu._shape(host_or_none(ShapeTensor), [host_or_none(t) for t in ShapeTensorList or []], shape)
 
 
 def fill_constant(ValueTensor, ShapeTensor, ShapeTensorList, *, dtype, shape, value, str_value):
@@ -55,15 +56,15 @@ def fill_any_like(X, *, value, dtype):
 
 def uniform_random(ShapeTensor, ShapeTensorList, *, shape, dtype, min, max, seed, diag_num, diag_step,
                    diag_val):
-    host = cpu.uniform_random(_host(ShapeTensor), [_host(t) for t in ShapeTensorList or []], shape=shape,
-                              dtype=dtype, min=min, max=max, seed=seed, diag_num=diag_num,
+    host = cpu.uniform_random(host_or_none(ShapeTensor), [host_or_none(t) for t in ShapeTensorList or []],
+                              shape=shape, dtype=dtype, min=min, max=max, seed=seed, diag_num=diag_num,
                               diag_step=diag_step, diag_val=diag_val)
     return to_device(host)
 
 
 def gaussian_random(ShapeTensor, ShapeTensorList, *, shape, mean, std, seed, dtype):
-    host = cpu.gaussian_random(_host(ShapeTensor), [_host(t) for t in ShapeTensorList or []], shape=shape,
-                               mean=mean, std=std, seed=seed, dtype=dtype)
+    host = cpu.gaussian_random(host_or_none(ShapeTensor), [host_or_none(t) for t in ShapeTensorList or []],
+                               shape=shape, mean=mean, std=std, seed=seed, dtype=dtype)
     return to_device(host)
 
 

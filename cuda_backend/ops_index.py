@@ -6,7 +6,8 @@ Mirrors Paddle's GPU kernels of the same names (``paddle/phi/kernels/gpu/``
 copies), with the NumPy kernels' numbers and checks. Differences from
 Paddle: ``range`` fills its output in one thread by repeated addition (the
 CPU kernel's order; Paddle's GPU kernel computes ``start + i * step``);
-``gather_grad`` gives each element of X@GRAD to one thread that adds the
+``gather_grad`` (and ``gather_nd_grad``, through the same kernel with one
+outer row) gives each element of X@GRAD to one thread that adds the
 matching rows of Out@GRAD in index order (``np.add.at``'s order) instead of
 Paddle's atomic adds; the Start / End / Step, Starts / Ends, Axes, Shape and
 Index tensors are read back to the host for the size computations and the
@@ -23,12 +24,8 @@ from refimpl.ops.registry import register_kernel
 from . import ew
 from .device import (bcast_strides, contiguous_strides, cuda, dev, empty, flat, launch, launch_config, padded,
                      scalar_of, to_host)
-from .ops_creation import full
-from .ops_manipulation import _scatter, concat_arrays, split_array, strided_copy, xshape_of
-
-
-def _host(t):
-    return None if t is None else to_host(t)
+from .ops_creation import full, host_or_none
+from .ops_manipulation import _scatter, concat_arrays, from_xshape, split_array, strided_copy, xshape_of
 
 
 def _hosts(ts):
@@ -124,7 +121,7 @@ register_kernel("where_grad", "cuda", where_grad)
 # ---- slice ----------------------------------------------------------------------------------------
 def _slice_block(shape, axes, starts, ends, tensors):
     """(block shape, flat offset of its first element) of the slice of a C-contiguous ``shape``."""
-    bounds = cpu.slice_values(shape, axes, starts, ends, _host(tensors[0]), _host(tensors[1]),
+    bounds = cpu.slice_values(shape, axes, starts, ends, host_or_none(tensors[0]), host_or_none(tensors[1]),
                               _hosts(tensors[2]), _hosts(tensors[3]))
     st = contiguous_strides(shape)
     block, base = list(shape), 0
@@ -182,7 +179,7 @@ def _gather_rows_grad(g, idx, dx, dim, n, inner, zero):
 
 
 def _gather_geometry(shape, Index, Axis, axis):
-    a = cpu._gather_axis(_host(Axis), axis, len(shape))
+    a = cpu._gather_axis(host_or_none(Axis), axis, len(shape))
     idx = cpu.checked_index(to_host(Index), shape[a])
     inner = 1
     for d in shape[a + 1:]:
@@ -222,12 +219,8 @@ def squeeze2(X, *, axes, need):
 def unsqueeze2(X, AxesTensor, AxesTensorList, *, axes, need):
     x = dev(X)
     if AxesTensor is not None or AxesTensorList:
-        axes = cpu_shape._int_values(_host(AxesTensor), _hosts(AxesTensorList))
+        axes = cpu_shape._int_values(host_or_none(AxesTensor), _hosts(AxesTensorList))
     return x.reshape(cpu_shape.unsqueeze_shape(tuple(x.shape), axes)), (xshape_of(x) if need[1] else None)
-
-
-def from_xshape(XShape, dOut, *_tensors):
-    return dev(dOut).reshape(tuple(XShape.shape[1:]))
 
 
 register_kernel("squeeze2", "cuda", squeeze2)
@@ -261,7 +254,7 @@ register_kernel("stack_grad", "cuda", stack_grad)
 def expand_v2(X, Shape, expand_shapes_tensor, *, shape):
     x = dev(X)
     if Shape is not None or expand_shapes_tensor:
-        shape = cpu_shape._int_values(_host(Shape), _hosts(expand_shapes_tensor))
+        shape = cpu_shape._int_values(host_or_none(Shape), _hosts(expand_shapes_tensor))
     out_shape = cpu_shape.expand_shape(tuple(x.shape), shape)
     return strided_copy(x, out_shape, bcast_strides(tuple(x.shape), out_shape))
 
@@ -275,46 +268,31 @@ register_kernel("expand_v2_grad", "cuda", expand_v2_grad)
 
 
 # ---- gather_nd ------------------------------------------------------------------------------------------
-@cuda.jit
-def _take_rows(x, rows, out, rest):
-    for i in range(cuda.grid(1), out.size, cuda.gridsize(1)):
-        out[i] = x[rows[i // rest] * rest + i % rest]
-
-
-@cuda.jit
-def _take_rows_grad(g, rows, dx, rest, zero):
-    """dx[row, c] = the g rows whose index is ``row``, added in index order (np.add.at's order)."""
-    for e in range(cuda.grid(1), dx.size, cuda.gridsize(1)):
-        row, c = e // rest, e % rest
-        acc = zero
-        for j in range(rows.size):
-            if rows[j] == row:
-                acc += g[j * rest + c]
-        dx[e] = acc
-
-
 def _nd_geometry(shape, Index):
+    """(rows, dim, rest, out shape): X viewed (dim, rest) is gathered at ``rows`` (outer == 1)."""
     idx = to_host(Index)
     rows = cpu.nd_rows(idx, shape)
-    rest = 1
+    dim = rest = 1
+    for d in shape[:idx.shape[-1]]:
+        dim *= d
     for d in shape[idx.shape[-1]:]:
         rest *= d
-    return rows, rest, tuple(idx.shape[:-1]) + tuple(shape[idx.shape[-1]:])
+    return rows, dim, rest, tuple(idx.shape[:-1]) + tuple(shape[idx.shape[-1]:])
 
 
 def gather_nd(X, Index):
     x = dev(X)
-    rows, rest, out_shape = _nd_geometry(tuple(x.shape), Index)
+    rows, dim, rest, out_shape = _nd_geometry(tuple(x.shape), Index)
     out = empty(out_shape, x.dtype)
-    launch(_take_rows, out.size, flat(x), flat(dev(rows)), flat(out), rest)
+    launch(_gather_rows, out.size, flat(x), flat(dev(rows)), flat(out), dim, rows.size, rest)
     return out
 
 
 def gather_nd_grad(X, Index, dOut):
     g = dev(dOut)
-    rows, rest, _ = _nd_geometry(tuple(X.shape), Index)
+    rows, dim, rest, _ = _nd_geometry(tuple(X.shape), Index)
     dx = empty(tuple(X.shape), g.dtype)
-    launch(_take_rows_grad, dx.size, flat(g), flat(dev(rows)), flat(dx), rest, g.dtype.type(0))
+    launch(_gather_rows_grad, dx.size, flat(g), flat(dev(rows)), flat(dx), dim, rows.size, rest, g.dtype.type(0))
     return dx
 
 
@@ -351,7 +329,7 @@ def _tiles_first(g, t, xsh, rsh, m):
 
 def _reps(RepeatTimes, repeat_times_tensor, repeat_times):
     if RepeatTimes is not None or repeat_times_tensor:
-        return cpu_shape._int_values(_host(RepeatTimes), _hosts(repeat_times_tensor))
+        return cpu_shape._int_values(host_or_none(RepeatTimes), _hosts(repeat_times_tensor))
     return repeat_times
 
 

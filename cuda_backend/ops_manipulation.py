@@ -59,12 +59,14 @@ def reshape2(X, Shape, ShapeTensor, *, shape, need):
     return out, (xshape_of(X) if need[1] else None)
 
 
-def reshape2_grad(XShape, dOut):
+def from_xshape(XShape, dOut, *_tensors):
+    """X@GRAD of an op that outputs an XShape (reshape2, squeeze2, unsqueeze2, flatten_contiguous_range):
+    Out@GRAD viewed in X's shape, XShape's dims after the first (any further inputs are not read)."""
     return dev(dOut).reshape(tuple(XShape.shape[1:]))
 
 
 register_kernel("reshape2", "cuda", reshape2)
-register_kernel("reshape2_grad", "cuda", reshape2_grad)
+register_kernel("reshape2_grad", "cuda", from_xshape)
 
 
 # ---- transpose2 -----------------------------------------------------------------------------

@@ -312,10 +312,10 @@ def reduce_mean(X, *, dim, keep_dim, reduce_all):
     n = 1
     for a in axes:
         n *= X.shape[a]
-    return ew.run_n(f_div, [total, _const(n, total.dtype)], shape=tuple(total.shape))
+    return ew.run_n(f_div, [total, const(n, total.dtype)], shape=tuple(total.shape))
 
 
-def _const(v, dtype):
+def const(v, dtype):
     """A one-element device array holding ``v`` (0-d, broadcasts against anything)."""
     return to_device(np.asarray(v, dtype=dtype).reshape(()))
 
@@ -342,7 +342,7 @@ def _reduce_grad_value(X, dOut, dim, reduce_all, mean):
 
 def _broadcast(g, shape):
     """A contiguous copy of ``g`` broadcast to ``shape``."""
-    return ew.run_n(f_first, [g, _const(0, g.dtype)], shape=shape)
+    return ew.run_n(f_first, [g, const(0, g.dtype)], shape=shape)
 
 
 @ew.functor(2)

@@ -5,7 +5,8 @@ Mirrors Paddle's GPU ``BatchNormKernel`` / ``BatchNormGradKernel``
 compute, but in the NumPy kernel's order of roundings (Paddle's CPU kernel's, see norm_ops.py),
 so both backends agree bit for bit: per-channel sums are ``ew.sum_axes`` (NumPy's pairwise sum
 over the HW elements of each (n, c), then the rows in order), every other step one elementwise
-kernel per NumPy expression. Paddle's GPU kernels instead use cuDNN or Welford block reductions.
+kernel per NumPy expression (``.copy()`` a device-to-device copy). Paddle's GPU kernels instead use
+cuDNN or Welford block reductions.
 """
 
 from refimpl.core.errors import InvalidArgument
@@ -13,20 +14,11 @@ from refimpl.ops.norm_ops import _PARAMS, _check_run, _global_stats
 from refimpl.ops.registry import register_kernel
 
 from . import ew
-from .device import dev, empty, scalar_of
+from .device import copy, dev, empty, scalar_of
 from .fmath import sqrt64
 from .ops_creation import full
 from .ops_math import f_mul, f_sub
-
-
-@ew.functor(1)
-def f_copy(DT):
-    return lambda x, a, b: x
-
-
-@ew.functor(1)
-def f_over(DT):
-    return lambda x, a, b: x / a
+from .ops_nn import f_over
 
 
 @ew.functor(1)
@@ -77,10 +69,6 @@ def channel_sums(v):
     return ew.sum_axes(v, (0,))
 
 
-def _copy(a):
-    return ew.run1(f_copy, a)
-
-
 def batch_norm(X, Scale, Bias, Mean, Variance, MomentumTensor, *, momentum, epsilon, data_layout,
                is_test, use_global_stats, trainable_statistics):
     X, Scale, Bias, Mean, Variance = (dev(a) for a in (X, Scale, Bias, Mean, Variance))
@@ -91,10 +79,10 @@ def batch_norm(X, Scale, Bias, Mean, Variance, MomentumTensor, *, momentum, epsi
     count = X.size // xv.shape[1]
     reserve = empty((0,), dt)
     if _global_stats(is_test, use_global_stats, trainable_statistics):
-        mean, inv_std = _copy(Mean), ew.run1(f_inv_sqrt_global, Variance, T(epsilon))
-        mean_out, var_out = _copy(Mean), _copy(Variance)
+        mean, inv_std = copy(Mean), ew.run1(f_inv_sqrt_global, Variance, T(epsilon))
+        mean_out, var_out = copy(Mean), copy(Variance)
     elif count == 1:
-        return (_copy(X), _copy(Mean), _copy(Variance), full(Mean.shape, 0, dt), full(Mean.shape, 0, dt),
+        return (copy(X), copy(Mean), copy(Variance), full(Mean.shape, 0, dt), full(Mean.shape, 0, dt),
                 reserve)
     else:
         mean = ew.run1(f_over, channel_sums(xv), T(count))
@@ -126,11 +114,14 @@ def batch_norm_grad(X, Scale, Bias, Mean, Variance, SavedMean, SavedVariance, Re
     if use_global:
         mean = dev(Mean if Mean is not None else MeanOut)
         var = dev(Variance if Variance is not None else VarianceOut)
+        if mean is None or var is None:
+            raise InvalidArgument("batch_norm_grad: global statistics need input Mean/Variance or "
+                                  "MeanOut/VarianceOut, none was given")
         inv_std = ew.run1(f_inv_sqrt_global, var, T(epsilon))
     else:
         mean, inv_std = dev(SavedMean), dev(SavedVariance)
     if count == 1 and not use_global:
-        return ((_copy(dY) if need[0] else None), (full(Scale.shape, 0, dt) if need[1] else None),
+        return ((copy(dY) if need[0] else None), (full(Scale.shape, 0, dt) if need[1] else None),
                 (full(Scale.shape, 0, dt) if need[2] else None))
     xm = ew.run_n(f_sub, [xv, mean.reshape(cshape)])
     dy_sum = channel_sums(dy)

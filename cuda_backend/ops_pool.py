@@ -14,8 +14,8 @@ from refimpl.ops.conv_ops import check_choice, DATA_FORMATS
 from refimpl.ops.pool_ops import FLT_MAX, pool_plan
 from refimpl.ops.registry import register_kernel
 
-from .device import cuda, dev, empty, flat, launch, to_device
-from .ops_manipulation import transpose
+from .device import cuda, empty, flat, launch, to_device
+from .ops_conv import from_nchw, to_nchw
 
 
 @cuda.jit
@@ -69,17 +69,13 @@ def _attrs(pooling_type, ksize, global_pooling, strides, paddings, exclusive, ad
 def _setup(op, X, attrs):
     check_choice(op, "data_format", attrs["data_format"], DATA_FORMATS)
     fmt = attrs["data_format"]
-    x = transpose(X, [0, 3, 1, 2]) if fmt == "NHWC" else dev(X)
+    x = to_nchw(X, fmt)
     n, c, h, w = x.shape
     plan = pool_plan(op, (h, w), attrs)
     (_, hlo, hhi, hsize), (_, wlo, whi, wsize) = plan.axes
     idx = [to_device(np.ascontiguousarray(a, dtype=np.int64)) for a in (hlo, hhi, wlo, whi)]
     size = (hsize[:, None] * wsize[None, :]).reshape(-1)
     return x, plan, idx, size
-
-
-def _back(a, fmt):
-    return transpose(a, [0, 2, 3, 1]) if fmt == "NHWC" else a
 
 
 def pool2d(X, *, pooling_type, ksize, global_pooling, strides, paddings, exclusive, adaptive, ceil_mode,
@@ -93,7 +89,7 @@ def pool2d(X, *, pooling_type, ksize, global_pooling, strides, paddings, exclusi
     init = x.dtype.type(-FLT_MAX if is_max else 0)
     launch(_pool, out.size, flat(x), flat(out), h, w, plan.out[0], plan.out[1], *idx,
            to_device(size.astype(x.dtype)), is_max, init)
-    return _back(out, data_format)
+    return from_nchw(out, data_format)
 
 
 def pool2d_grad(X, Out, dOut, *, pooling_type, ksize, global_pooling, strides, paddings, exclusive, adaptive,
@@ -102,14 +98,13 @@ def pool2d_grad(X, Out, dOut, *, pooling_type, ksize, global_pooling, strides, p
                    data_format, padding_algorithm)
     x, plan, idx, size = _setup("pool2d_grad", X, attrs)
     fmt = data_format
-    out = transpose(Out, [0, 3, 1, 2]) if fmt == "NHWC" else dev(Out)
-    dout = transpose(dOut, [0, 3, 1, 2]) if fmt == "NHWC" else dev(dOut)
+    out, dout = to_nchw(Out, fmt), to_nchw(dOut, fmt)
     n, c, h, w = x.shape
     scale = (np.float32(1) / size.astype(np.float32)).astype(x.dtype)   # Paddle: float 1 / size, cast to T
     dx = empty(tuple(x.shape), x.dtype)
     launch(_pool_grad, dx.size, flat(x), flat(out), flat(dout), flat(dx), h, w, plan.out[0], plan.out[1], *idx,
            to_device(scale), pooling_type == "max", x.dtype.type(0))
-    return _back(dx, fmt)
+    return from_nchw(dx, fmt)
 
 
 register_kernel("pool2d", "cuda", pool2d)

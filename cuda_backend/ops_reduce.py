@@ -15,22 +15,14 @@ from refimpl.ops.reduce_ops import ARG_DTYPES, _arg_max_shape, check_axis, reduc
 from refimpl.ops.registry import register_kernel
 
 from . import ew
-from .device import contiguous_strides, cuda, dev, empty, flat, launch, padded, scalar_of, to_device, to_host
+from .device import contiguous_strides, cuda, dev, empty, flat, launch, padded, scalar_of, to_host
 from .fmath import sqrt64
+from .ops_activation import f_square, row_layout
 
 U, B, T = ew.functor(1), ew.functor(2), ew.functor(3)
 
 
-def _const(v, dtype):
-    return to_device(np.asarray(v, dtype=dtype).reshape(()))
-
-
 # ---- squared_l2_norm, clip_by_norm ------------------------------------------------------------
-@U
-def f_square(DT):
-    return lambda x, a, b: x * x
-
-
 @B
 def g_squared_l2(DT):
     return lambda x, d, a, b: (x * d) * a
@@ -215,14 +207,6 @@ register_kernel("reduce_prod_grad", "cuda", reduce_prod_grad)
 
 
 # ---- rows along one axis: arg_max, cumsum, log_softmax -------------------------------------------------
-def _rows(shape, axis):
-    """(rows, n, inner): a row's n elements along ``axis`` of a C-contiguous ``shape`` are inner apart."""
-    n = shape[axis] if shape else 1
-    inner = contiguous_strides(shape)[axis] if shape else 1
-    size = int(np.prod(shape)) if shape else 1
-    return (size // n if n else 0), n, inner
-
-
 @cuda.jit
 def _arg_max(x, out, n, inner):
     for r in range(cuda.grid(1), out.size, cuda.gridsize(1)):
@@ -245,7 +229,7 @@ def arg_max(X, *, axis, keepdims, flatten, dtype):
     out_shape = _arg_max_shape("arg_max", tuple(X.shape), attrs)
     shape = (X.size,) if flatten else tuple(X.shape)
     ax = 0 if flatten else check_axis("arg_max", "axis", axis, len(shape))
-    rows, n, inner = _rows(shape, ax)
+    rows, n, inner = row_layout(shape, ax)
     if n == 0:
         raise InvalidArgument(f"arg_max: X has no element along axis {axis} (shape {list(X.shape)})")
     out = empty(out_shape, ARG_DTYPES[dtype])
@@ -270,7 +254,7 @@ def _cumsum_values(X, axis, flatten, exclusive, reverse, out_shape):
     X = dev(X)
     shape = (X.size,) if flatten else tuple(X.shape)
     ax = 0 if flatten else check_axis("cumsum", "axis", axis, len(shape))
-    rows, n, inner = _rows(shape, ax)
+    rows, n, inner = row_layout(shape, ax)
     out = empty(out_shape, X.dtype)
     launch(_cumsum, rows, flat(X), flat(out), rows, n, inner, bool(exclusive), bool(reverse), X.dtype.type(0))
     return out
@@ -329,7 +313,7 @@ def top_k_v2(X, K, *, k, axis, largest, sorted):
     X = dev(X)
     k, ax = top_k_k(X, to_host(K) if K is not None else None, k, axis)
     shape = tuple(X.shape)
-    rows, n, inner = _rows(shape, ax)
+    rows, n, inner = row_layout(shape, ax)
     out_shape = tuple(k if i == ax else d for i, d in enumerate(shape))
     out, idx = empty(out_shape, X.dtype), empty(out_shape, np.int64)
     launch(_top_k, rows, flat(X), flat(out), flat(idx), rows, n, inner, k, bool(largest))
@@ -339,7 +323,7 @@ def top_k_v2(X, K, *, k, axis, largest, sorted):
 def top_k_v2_grad(X, Indices, dOut, *, axis):
     shape = tuple(X.shape)
     ax = check_axis("top_k_v2_grad", "axis", axis, len(shape))
-    rows, n, inner = _rows(shape, ax)
+    rows, n, inner = row_layout(shape, ax)
     dx = empty(shape, dOut.dtype)
     k = Indices.shape[ax] if shape else 1
     launch(_top_k_grad, rows, flat(dev(dOut)), flat(dev(Indices)), flat(dx), rows, n, inner, k)

@@ -19,9 +19,12 @@ from refimpl.ops.registry import register_kernel
 from . import ew
 from .device import cuda, dev, empty, flat, kernel_factory, launch, scalar_of, to_device
 from .fmath import exp64, log64
-from .ops_reduce import _const, _rows
+from .ops_activation import row_layout
+from .ops_math import const
+from .ops_matmul import f_zero
+from .ops_nn import f_over
 
-U, B = ew.functor(1), ew.functor(2)
+B = ew.functor(2)
 
 
 # ---- log_softmax -------------------------------------------------------------------------------
@@ -63,7 +66,7 @@ def _log_softmax_grad_kernel(DT):
 def log_softmax(X, *, axis):
     X = dev(X)
     shape = tuple(X.shape)
-    rows, n, inner = _rows(shape, check_axis("log_softmax", "axis", axis, len(shape)))
+    rows, n, inner = row_layout(shape, check_axis("log_softmax", "axis", axis, len(shape)))
     out = empty(shape, X.dtype)
     if not shape:
         return ew.run1(f_zero, X)
@@ -75,18 +78,13 @@ def log_softmax(X, *, axis):
 def log_softmax_grad(Out, dOut, *, axis):
     Out, dOut = dev(Out), dev(dOut)
     shape = tuple(Out.shape)
-    rows, n, inner = _rows(shape, check_axis("log_softmax_grad", "axis", axis, len(shape)))
+    rows, n, inner = row_layout(shape, check_axis("log_softmax_grad", "axis", axis, len(shape)))
     if not shape:
         return ew.run1(f_zero, dOut)
     out = empty(shape, Out.dtype)
     launch(_log_softmax_grad_kernel(Out.dtype.type), rows, flat(Out), flat(dOut), flat(out), rows, n, inner,
            Out.dtype.type(0), ew.scratch_for(rows, n, Out.dtype))
     return out
-
-
-@U
-def f_zero(DT):
-    return lambda x, a, b: DT(0)
 
 
 register_kernel("log_softmax", "cuda", log_softmax)
@@ -175,18 +173,13 @@ def f_not_ignored(DT):
     return keep
 
 
-@U
-def f_div_by(DT):
-    return lambda x, a, b: x / a
-
-
 def _normalized(out, Label, ignore_index):
     """out / the count of labels more than 1e-6 away from ignore_index (Paddle's normalizer)."""
     t = Label.dtype.type
-    keep = ew.run_n(f_not_ignored, [Label, _const(ignore_index, Label.dtype)], 1e-6, out_dtype=np.int64,
+    keep = ew.run_n(f_not_ignored, [Label, const(ignore_index, Label.dtype)], 1e-6, out_dtype=np.int64,
                     shape=tuple(Label.shape))
     n = scalar_of(ew.sum_axes(flat(keep), (0,), keep_shape=(1,)))
-    return ew.run1(f_div_by, out, t(n))
+    return ew.run1(f_over, out, t(n))
 
 
 def _sce_args(X, Label, pos_weight, name):

@@ -58,3 +58,21 @@ CASES = [
 @pytest.mark.parametrize("op_type, inputs, attrs", params(CASES))
 def test_kernel(op_type, inputs, attrs):
     check_case(op_type, inputs, attrs)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "cuda"])
+def test_global_statistics_grad_without_statistics_is_the_same_typed_error(backend):
+    """Both kernels refuse a use_global_stats grad given neither Mean/Variance nor MeanOut/VarianceOut."""
+    import cuda_backend
+    from refimpl.core.errors import InvalidArgument
+    from refimpl.ops import get_op_def
+    cuda_backend.require()
+    od = get_op_def("batch_norm_grad")
+    fn, names, _ = od.kernel(backend)
+    prep = (lambda a: a) if backend == "numpy" else cuda_backend.to_device
+    x, s, dy = prep(f32(2, 3)), prep(np.ones(3, np.float32)), prep(f32(2, 3))
+    attrs = {a: od.attrs[a] for a in names if a != "need"}
+    attrs["use_global_stats"] = True
+    with pytest.raises(InvalidArgument, match="global statistics need input Mean/Variance"):
+        fn(x, s, s, None, None, prep(np.zeros(3, np.float32)), prep(np.ones(3, np.float32)), None, None, None,
+           dy, need=(True, True, True), **attrs)
