@@ -272,7 +272,7 @@ def load(program: Program, model_path: str, executor: Optional[Executor] = None,
     programs = _programs(program)
     scope = scope if scope is not None else global_scope()
     sched, whole = _scheduler(programs), var_list is None
-    wanted = None if whole else {getattr(v, "name", v) for v in var_list}
+    wanted = None if var_list is None else {getattr(v, "name", v) for v in var_list}
     with contextlib.ExitStack() as stack:
         readers = []
         for suffix, which in ((".pdparams", "params"), (".pdopt", "opt")):
