@@ -1,4 +1,4 @@
-"""Helpers shared by op definitions: shape inference and broadcasting.
+"""Helpers shared by op definitions: shape inference, broadcasting, attr checks and defaults.
 
 Shape inference here plays the part of Paddle's compile-time ``InferShape``:
 ``infer_shape(ins, attrs)`` gets, for each input slot, a list of
@@ -6,7 +6,11 @@ Shape inference here plays the part of Paddle's compile-time ``InferShape``:
 returns ``{output slot: (shape, dtype)}`` (or a list of pairs for a
 duplicable slot). The framework writes the result onto the output vars.
 """
+from typing import Sequence, Tuple
+
 import numpy as np
+
+from refimpl.core.errors import InvalidArgument
 
 
 def first(ins, slot):
@@ -82,6 +86,25 @@ def gathered_shape(shape, nranks):
     """Paddle's all_gather: concatenate on dim 0 (stack a 0-D tensor)."""
     shape = tuple(shape)
     return (nranks,) if not shape else (shape[0] * nranks,) + shape[1:]
+
+
+def check_choice(op: str, attr: str, value: str, choices: Sequence[str]) -> None:
+    """A string attr that must be one of ``choices`` (InvalidArgument otherwise)."""
+    if value not in choices:
+        raise InvalidArgument(f"{op}: attr {attr} must be one of {list(choices)}, got {value!r}")
+
+
+def check_pair(op: str, attr: str, values: Sequence[int], lo: int = 1) -> Tuple[int, int]:
+    """Two ints, each >= ``lo`` (strides, dilations, kernel sizes)."""
+    vals = [int(v) for v in values]
+    if len(vals) != 2 or min(vals) < lo:
+        raise InvalidArgument(f"{op}: attr {attr} must be 2 ints >= {lo}, got {list(values)}")
+    return vals[0], vals[1]
+
+
+def f32(v):
+    """A float attr default as Paddle stores it (float32, read back as a Python float)."""
+    return float(np.float32(v))
 
 
 def as_float(value, dtype):

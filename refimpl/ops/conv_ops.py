@@ -38,9 +38,9 @@ import numpy as np
 
 from refimpl.core.errors import InvalidArgument
 
-from .common import first, grads_like
+from .common import check_choice, check_pair, first, grads_like
 from .grad_maker import simple_grad
-from .manipulation_ops import xshape_of
+from .manipulation_ops import from_xshape, xshape_grad, xshape_of
 from .registry import register_op
 
 CONV_ATTRS = {"strides": [1, 1], "paddings": [0, 0], "padding_algorithm": "EXPLICIT", "dilations": [1, 1],
@@ -50,19 +50,6 @@ DATA_FORMATS = ("NCHW", "NHWC", "AnyLayout")
 
 
 # ---- geometry shared with pool_ops and the cuda kernels -------------------------------------
-def check_choice(op: str, attr: str, value: str, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise InvalidArgument(f"{op}: attr {attr} must be one of {list(choices)}, got {value!r}")
-
-
-def check_pair(op: str, attr: str, values: Sequence[int], lo: int = 1) -> Tuple[int, int]:
-    """Two ints, each >= ``lo`` (strides, dilations, kernel sizes)."""
-    vals = [int(v) for v in values]
-    if len(vals) != 2 or min(vals) < lo:
-        raise InvalidArgument(f"{op}: attr {attr} must be 2 ints >= {lo}, got {list(values)}")
-    return vals[0], vals[1]
-
-
 def explicit_pads(op: str, paddings: Sequence[int]) -> List[int]:
     """[top, bottom, left, right] from 2 (h, w) or 4 paddings."""
     p = [int(v) for v in paddings]
@@ -274,11 +261,7 @@ def flatten_contiguous_range(X, *, start_axis, stop_axis, need):
     return out, (xshape_of(X) if need[1] else None)
 
 
-def _flatten_grad_infer(ins, attrs):
-    return {"X@GRAD": (tuple(first(ins, "XShape")[0][1:]), first(ins, "Out@GRAD")[1])}
-
-
 @register_op("flatten_contiguous_range_grad", ["XShape", "Out@GRAD"], ["X@GRAD"],
-             {"start_axis": 1, "stop_axis": 1}, infer_shape=_flatten_grad_infer, inplace={"X@GRAD": "Out@GRAD"})
+             {"start_axis": 1, "stop_axis": 1}, infer_shape=from_xshape, inplace={"X@GRAD": "Out@GRAD"})
 def flatten_contiguous_range_grad(XShape, dOut):
-    return dOut.reshape(XShape.shape[1:])
+    return xshape_grad(XShape, dOut)

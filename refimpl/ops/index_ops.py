@@ -35,15 +35,11 @@ from refimpl.core.errors import InvalidArgument
 from .common import first
 from .grad_maker import simple_grad
 from .registry import register_op
-from .shape_ops import Dims, norm_axes  # (importing it registers squeeze2, unsqueeze2, stack, expand_v2)
+from .shape_ops import Dims, _int_values, norm_axes  # (importing it registers squeeze2, unsqueeze2, stack, expand_v2)
 
 
 def _scalar(t):
     return np.asarray(t).reshape(-1)[0]
-
-
-def _int_list(tensors):
-    return [int(np.asarray(t).reshape(-1)[0]) for t in tensors]
 
 
 # ---- range -------------------------------------------------------------------------------
@@ -176,14 +172,10 @@ def _slice_infer(ins, attrs):
 
 def slice_values(shape, axes, starts, ends, StartsTensor, EndsTensor, StartsTensorList, EndsTensorList):
     """The run-time (axis, start, end) list: tensors override the attrs."""
-    if StartsTensor is not None:
-        starts = [int(v) for v in np.asarray(StartsTensor).reshape(-1)]
-    elif StartsTensorList:
-        starts = _int_list(StartsTensorList)
-    if EndsTensor is not None:
-        ends = [int(v) for v in np.asarray(EndsTensor).reshape(-1)]
-    elif EndsTensorList:
-        ends = _int_list(EndsTensorList)
+    if StartsTensor is not None or StartsTensorList:
+        starts = _int_values(StartsTensor, StartsTensorList)
+    if EndsTensor is not None or EndsTensorList:
+        ends = _int_values(EndsTensor, EndsTensorList)
     return slice_bounds(tuple(shape), axes, starts, ends)
 
 

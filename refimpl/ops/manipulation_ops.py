@@ -85,16 +85,22 @@ def reshape2(X, Shape, ShapeTensor, *, shape, need):
     return out, (xshape_of(X) if need[1] else None)
 
 
-def _from_xshape(ins, attrs):
+def from_xshape(ins, attrs):
+    """infer_shape of an XShape grad: ``X@GRAD`` is shaped ``XShape[1:]``, typed like ``Out@GRAD``."""
     xshape, dt = first(ins, "XShape")
     return {"X@GRAD": (tuple(xshape[1:]), first(ins, "Out@GRAD")[1])}
 
 
+def xshape_grad(XShape, dOut):
+    """The kernel of an XShape grad: ``Out@GRAD`` viewed in the input's shape."""
+    return dOut.reshape(XShape.shape[1:])
+
+
 @register_op("reshape2_grad", ["XShape", "Out@GRAD"], ["X@GRAD"],
              {"shape": [], "use_quantizer": False, "mkldnn_data_type": "float32"},
-             infer_shape=_from_xshape, inplace={"X@GRAD": "Out@GRAD"})
+             infer_shape=from_xshape, inplace={"X@GRAD": "Out@GRAD"})
 def reshape2_grad(XShape, dOut):
-    return dOut.reshape(XShape.shape[1:])
+    return xshape_grad(XShape, dOut)
 
 
 # ---- transpose2 --------------------------------------------------------------
@@ -113,7 +119,7 @@ def transpose2(X, *, axis, need):
 
 
 @register_op("transpose2_grad", ["XShape", "Out@GRAD"], ["X@GRAD"], {"axis": []},
-             infer_shape=_from_xshape)
+             infer_shape=from_xshape)
 def transpose2_grad(XShape, dOut, *, axis):
     return np.ascontiguousarray(np.transpose(dOut, np.argsort(axis)))
 

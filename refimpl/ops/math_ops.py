@@ -318,7 +318,7 @@ def sum_op(X):
 
 
 # ---- reductions --------------------------------------------------------------
-_REDUCE_ATTRS = {"dim": [], "keep_dim": False, "reduce_all": False, "in_dtype": -1, "out_dtype": -1}
+REDUCE_ATTRS = {"dim": [], "keep_dim": False, "reduce_all": False, "in_dtype": -1, "out_dtype": -1}
 
 
 def _axes(ndim, dim, reduce_all):
@@ -327,13 +327,16 @@ def _axes(ndim, dim, reduce_all):
     return tuple(d % ndim for d in dim)
 
 
+def reduced_shape(shape, axes, keep_dim):
+    """The shape after reducing dims ``axes`` (kept as 1 with ``keep_dim``, else dropped)."""
+    return tuple(1 if i in axes else d for i, d in enumerate(shape) if keep_dim or i not in axes)
+
+
 def _reduce_infer(ins, attrs):
     shape, dt = first(ins, "X")
     axes = _axes(len(shape), attrs["dim"], attrs["reduce_all"])
-    keep = attrs["keep_dim"]
     axes = set(range(len(shape))) if axes is None else set(axes)
-    out = tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
-    return {"Out": (out, dt)}
+    return {"Out": (reduced_shape(shape, axes, attrs["keep_dim"]), dt)}
 
 
 def _reduce_grad_value(X, dOut, dim, keep_dim, reduce_all):
@@ -346,10 +349,10 @@ def _reduce_grad_value(X, dOut, dim, keep_dim, reduce_all):
 
 
 def _register_reduce(name, fn, grad_fn):
-    register_op(name + "_grad", ["X", "Out@GRAD"], ["X@GRAD"], _REDUCE_ATTRS,
+    register_op(name + "_grad", ["X", "Out@GRAD"], ["X@GRAD"], REDUCE_ATTRS,
                 infer_shape=grads_like(**{"X@GRAD": "X"}), no_need_buffer=["X"])(grad_fn)
 
-    @register_op(name, ["X"], ["Out"], _REDUCE_ATTRS, infer_shape=_reduce_infer,
+    @register_op(name, ["X"], ["Out"], REDUCE_ATTRS, infer_shape=_reduce_infer,
                  grad=simple_grad(name + "_grad", ["X", "Out@GRAD"], ["X@GRAD"]))
     def kernel(X, *, dim, keep_dim, reduce_all):
         return np.asarray(fn(X, axis=_axes(X.ndim, dim, reduce_all), keepdims=keep_dim))

@@ -29,20 +29,15 @@ import numpy as np
 
 from refimpl.core.random import generator_for
 
-from .common import first, grads_like
+from .common import f32, first, grads_like
 from .grad_maker import simple_grad
 from .registry import register_op
 
 _prod = functools.partial(functools.reduce, operator.mul)
 
 
-def _f32(v):
-    """A float attr default as Paddle stores it (float32, read back as a Python float)."""
-    return float(np.float32(v))
-
-
 # ---- layer_norm -------------------------------------------------------------
-_LN_ATTRS = {"epsilon": _f32(1e-5), "begin_norm_axis": 1}
+_LN_ATTRS = {"epsilon": f32(1e-5), "begin_norm_axis": 1}
 
 
 def _ln_infer(ins, attrs):

@@ -42,16 +42,11 @@ import numpy as np
 
 from refimpl.core.errors import InvalidArgument
 
-from .common import first, grads_like
+from .common import check_choice, f32, first, grads_like
 from .registry import register_op
 
 
-def _f32(v):
-    """A float attr default as Paddle stores it (float32, read back as a Python float)."""
-    return float(np.float32(v))
-
-
-_BN_ATTRS = {"momentum": _f32(0.9), "epsilon": _f32(1e-5), "data_layout": "NCHW", "is_test": False,
+_BN_ATTRS = {"momentum": f32(0.9), "epsilon": f32(1e-5), "data_layout": "NCHW", "is_test": False,
              "use_global_stats": False, "trainable_statistics": False}
 _LAYOUTS = ("NCHW", "NHWC")
 _PARAMS = ("Scale", "Bias", "Mean", "Variance")
@@ -61,11 +56,6 @@ _PARAMS = ("Scale", "Bias", "Mean", "Variance")
 def _channel_dim(shape, data_layout):
     shape = tuple(shape)  # a device array's shape may not take negative indices
     return shape[1] if data_layout == "NCHW" else shape[-1]
-
-
-def _check_layout(op: str, data_layout: str) -> None:
-    if data_layout not in _LAYOUTS:
-        raise InvalidArgument(f"{op}: attr data_layout must be one of {list(_LAYOUTS)}, got {data_layout!r}")
 
 
 def _check_x_rank(op: str, shape) -> None:
@@ -80,7 +70,7 @@ def _check_param(op: str, slot: str, shape, c: int) -> None:
 
 
 def _bn_infer(ins, attrs):
-    _check_layout("batch_norm", attrs["data_layout"])
+    check_choice("batch_norm", "data_layout", attrs["data_layout"], _LAYOUTS)
     shape, dt = first(ins, "X")
     _check_x_rank("batch_norm", shape)
     c = _channel_dim(shape, attrs["data_layout"])
@@ -99,7 +89,7 @@ def _bn_infer(ins, attrs):
 
 def _check_run(op: str, x, params, data_layout: str) -> None:
     """The O(1) run-time checks (a program loaded from JSON has no build-time ones)."""
-    _check_layout(op, data_layout)
+    check_choice(op, "data_layout", data_layout, _LAYOUTS)
     _check_x_rank(op, x.shape)
     c = _channel_dim(x.shape, data_layout)
     for slot, p in params:
@@ -181,7 +171,7 @@ def batch_norm(X: np.ndarray, Scale: np.ndarray, Bias: np.ndarray, Mean: np.ndar
 
 # ---- batch_norm_grad ---------------------------------------------------------------------------------
 def _bn_grad_infer(ins, attrs):
-    _check_layout("batch_norm_grad", attrs["data_layout"])
+    check_choice("batch_norm_grad", "data_layout", attrs["data_layout"], _LAYOUTS)
     return grads_like(**{"X@GRAD": "X", "Scale@GRAD": "Scale", "Bias@GRAD": "Bias"})(ins, attrs)
 
 

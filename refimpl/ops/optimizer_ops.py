@@ -31,13 +31,8 @@ import numpy as np
 
 from refimpl.core.errors import InvalidArgument
 
-from .common import first
+from .common import f32, first
 from .registry import register_op
-
-
-def _f32(v):
-    """A float attr default as Paddle stores it (float32, read back as a Python float)."""
-    return float(np.float32(v))
 
 
 def _scalar(t, dtype):
@@ -95,7 +90,7 @@ def sgd(Param, LearningRate, Grad, MasterParam, *, multi_precision):
 # ---- momentum -----------------------------------------------------------------
 @register_op("momentum", ["Param", "Grad", "Velocity", "LearningRate", "MasterParam?"],
              ["ParamOut", "VelocityOut", "MasterParamOut?"],
-             {"mu": _f32(0.9), "use_nesterov": False, "regularization_method": "",
+             {"mu": f32(0.9), "use_nesterov": False, "regularization_method": "",
               "regularization_coeff": 0.0, "multi_precision": False, "rescale_grad": 1.0},
              check=UPDATE_CHECK, writes_inputs=True,
              infer_shape=_param_infer(("ParamOut", "Param"), ("VelocityOut", "Velocity"),
@@ -129,10 +124,10 @@ _ADAM_IN = ["Param", "Grad", "LearningRate", "Moment1", "Moment2", "Moment2Max?"
             "EpsilonTensor?"]
 _ADAM_OUT = ["ParamOut", "Moment1Out", "Moment2Out", "Moment2MaxOut?", "Beta1PowOut",
              "Beta2PowOut", "MasterParamOut?"]
-_ADAM_ATTRS = {"beta1": _f32(0.9), "beta2": _f32(0.999), "epsilon": _f32(1e-8),
+_ADAM_ATTRS = {"beta1": f32(0.9), "beta2": f32(0.999), "epsilon": f32(1e-8),
                "lazy_mode": False, "min_row_size_to_use_multithread": 1000,
                "multi_precision": False, "use_global_beta_pow": False, "amsgrad": False}
-_ADAMW_ATTRS = dict(_ADAM_ATTRS, lr_ratio=1.0, coeff=_f32(0.01), with_decay=False)
+_ADAMW_ATTRS = dict(_ADAM_ATTRS, lr_ratio=1.0, coeff=f32(0.01), with_decay=False)
 _adam_infer = _param_infer(("ParamOut", "Param"), ("Moment1Out", "Moment1"), ("Moment2Out", "Moment2"),
                            ("Moment2MaxOut", "Moment2Max"), ("Beta1PowOut", "Beta1Pow"),
                            ("Beta2PowOut", "Beta2Pow"), ("MasterParamOut", "MasterParam"))

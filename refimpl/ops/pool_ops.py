@@ -30,8 +30,8 @@ import numpy as np
 
 from refimpl.core.errors import InvalidArgument
 
-from .common import first, same_as
-from .conv_ops import DATA_FORMATS, PADDING_ALGORITHMS, check_choice, check_pair, explicit_pads, same_pads, spatial
+from .common import check_choice, check_pair, first, same_as
+from .conv_ops import DATA_FORMATS, PADDING_ALGORITHMS, explicit_pads, same_pads, spatial
 from .grad_maker import simple_grad
 from .registry import register_op
 
@@ -45,7 +45,8 @@ class PoolPlan:
     """Per spatial axis: the output size and, per output index, the window start and end.
 
     ``lo``/``hi``: the window clipped to the input; ``start``: the unclipped start (the offset of
-    kernel cell 0); ``size``: the divisor of an avg pool.
+    kernel cell 0); ``size``: the divisor of an avg pool. ``shared_starts``: adaptive windows of
+    which two share a start (a grad scatter must then accumulate repeated indices).
     """
 
     def __init__(self, op, hw, attrs):
@@ -65,6 +66,8 @@ class PoolPlan:
         self.k, self.s, self.pads = k, s, pads
         self.out = tuple(self._out_size(op, i, hw[i], attrs["ceil_mode"]) for i in range(2))
         self.axes = [self._windows(i, hw[i], attrs["exclusive"]) for i in range(2)] if -1 not in hw else None
+        self.shared_starts = bool(self.adaptive and self.axes is not None
+                                  and ((np.diff(self.axes[0][1]) == 0).any() | (np.diff(self.axes[1][1]) == 0).any()))
 
     def _out_size(self, op, i, size, ceil_mode):
         if self.adaptive:
@@ -177,7 +180,7 @@ def _scatter(dx, plan, i, j, vals):
     rows, cols = np.nonzero(mask)
     upd = vals[:, :, rows, cols]
     h_idx, w_idx = hi_[rows], wi_[cols]
-    if plan.adaptive and (np.diff(plan.axes[0][1]) == 0).any() | (np.diff(plan.axes[1][1]) == 0).any():
+    if plan.shared_starts:
         np.add.at(dx, (slice(None), slice(None), h_idx, w_idx), upd)  # windows sharing a start
     else:
         dx[:, :, h_idx, w_idx] += upd
@@ -191,7 +194,8 @@ def pool_backward(x, out, dout, plan: PoolPlan, pooling_type: str) -> np.ndarray
     if pooling_type == "avg":
         size = plan.axes[0][3][:, None] * plan.axes[1][3][None, :]
         scale = (np.float32(1) / size.astype(np.float32)).astype(x.dtype)
-        contrib = {c: scale * dout for c in cells}
+        g = scale * dout  # the same contribution for every cell
+        contrib = {c: g for c in cells}
     else:
         found = np.zeros(dout.shape, bool)
         contrib = {}

@@ -21,6 +21,7 @@ from refimpl.core.errors import InvalidArgument
 
 from .common import first, grads_like, same_as
 from .grad_maker import simple_grad
+from .math_ops import REDUCE_ATTRS, reduced_shape
 from .registry import register_op
 
 
@@ -138,13 +139,6 @@ def sign(X):
 
 
 # ---- reduce_max, reduce_min ---------------------------------------------------------------
-MINMAX_ATTRS = {"dim": [], "keep_dim": False, "reduce_all": False, "in_dtype": -1, "out_dtype": -1}
-
-
-def reduced_shape(shape, axes, keep_dim):
-    return tuple(1 if i in axes else d for i, d in enumerate(shape) if keep_dim or i not in axes)
-
-
 def _minmax_infer(name):
     def infer(ins, attrs):
         shape, dt = first(ins, "X")
@@ -166,9 +160,9 @@ def _register_minmax(name, fn):
             raise InvalidArgument(f"{name}: cannot reduce over an empty dim of X (shape {list(X.shape)}, dim {dim})")
         return np.asarray(fn(X, axis=axes, keepdims=keep_dim))
     grad.__name__, kernel.__name__ = name + "_grad", name
-    register_op(name + "_grad", ["X", "Out", "Out@GRAD"], ["X@GRAD"], MINMAX_ATTRS,
+    register_op(name + "_grad", ["X", "Out", "Out@GRAD"], ["X@GRAD"], REDUCE_ATTRS,
                 infer_shape=grads_like(**{"X@GRAD": "X"}))(grad)
-    register_op(name, ["X"], ["Out"], MINMAX_ATTRS, infer_shape=_minmax_infer(name),
+    register_op(name, ["X"], ["Out"], REDUCE_ATTRS, infer_shape=_minmax_infer(name),
                 grad=simple_grad(name + "_grad", ["X", "Out", "Out@GRAD"], ["X@GRAD"]))(kernel)
 
 
@@ -177,7 +171,7 @@ _register_minmax("reduce_min", np.min)
 
 
 # ---- reduce_prod ----------------------------------------------------------------------------
-@register_op("reduce_prod_grad", ["X", "Out", "Out@GRAD"], ["X@GRAD"], MINMAX_ATTRS,
+@register_op("reduce_prod_grad", ["X", "Out", "Out@GRAD"], ["X@GRAD"], REDUCE_ATTRS,
              infer_shape=grads_like(**{"X@GRAD": "X"}))
 def reduce_prod_grad(X, Out, dOut, *, dim, keep_dim, reduce_all):
     """Paddle's ProdGradFunctor: dout * out / x (inf or NaN where x == 0, as Paddle's kernel)."""
@@ -186,7 +180,7 @@ def reduce_prod_grad(X, Out, dOut, *, dim, keep_dim, reduce_all):
         return dOut.reshape(kept) * Out.reshape(kept) / X
 
 
-@register_op("reduce_prod", ["X"], ["Out"], MINMAX_ATTRS, infer_shape=_minmax_infer("reduce_prod"),
+@register_op("reduce_prod", ["X"], ["Out"], REDUCE_ATTRS, infer_shape=_minmax_infer("reduce_prod"),
              grad=simple_grad("reduce_prod_grad", ["X", "Out", "Out@GRAD"], ["X@GRAD"]))
 def reduce_prod(X, *, dim, keep_dim, reduce_all):
     """The product over the reduced dims (1 for an empty one)."""
@@ -259,8 +253,7 @@ def cumsum_values(X, axis, flatten, exclusive, reverse):
 @register_op("cumsum_grad", ["X", "Out@GRAD"], ["X@GRAD"], CUMSUM_ATTRS, infer_shape=grads_like(**{"X@GRAD": "X"}))
 def cumsum_grad(X, dOut, *, axis, flatten, exclusive, reverse):
     """The cumsum of dout the other way round, shaped like X (Paddle's CumsumGradKernel)."""
-    return cumsum_values(dOut, axis, False, exclusive, not reverse).reshape(X.shape) if not flatten else \
-        cumsum_values(dOut, 0, True, exclusive, not reverse).reshape(X.shape)
+    return cumsum_values(dOut, axis, flatten, exclusive, not reverse).reshape(X.shape)
 
 
 @register_op("cumsum", ["X"], ["Out"], CUMSUM_ATTRS, infer_shape=_cumsum_infer,

@@ -24,7 +24,7 @@ from refimpl.core.errors import InvalidArgument
 
 from .common import first, reduce_to
 from .grad_maker import simple_grad
-from .manipulation_ops import xshape_of
+from .manipulation_ops import from_xshape, xshape_grad, xshape_of
 from .registry import EMPTY_VAR_NAME, register_op
 
 
@@ -39,10 +39,6 @@ def norm_axes(axes: Sequence[int], rank: int, op: str, attr: str = "axes") -> Li
             raise InvalidArgument(f"{op}: {attr} value {a} is out of range for a tensor of rank {rank}")
         out.append(a % rank)
     return out
-
-
-def _from_xshape(ins, attrs):
-    return {"X@GRAD": (tuple(first(ins, "XShape")[0][1:]), first(ins, "Out@GRAD")[1])}
 
 
 def _int_values(tensor, tensors):
@@ -71,10 +67,10 @@ def squeeze2(X, *, axes, need):
     return X.reshape(squeeze_shape(X.shape, axes)), (xshape_of(X) if need[1] else None)
 
 
-@register_op("squeeze2_grad", ["XShape", "Out@GRAD"], ["X@GRAD"], {"axes": []}, infer_shape=_from_xshape,
+@register_op("squeeze2_grad", ["XShape", "Out@GRAD"], ["X@GRAD"], {"axes": []}, infer_shape=from_xshape,
              inplace={"X@GRAD": "Out@GRAD"})
 def squeeze2_grad(XShape, dOut):
-    return dOut.reshape(XShape.shape[1:])
+    return xshape_grad(XShape, dOut)
 
 
 # ---- unsqueeze2 ------------------------------------------------------------------------------
@@ -112,9 +108,9 @@ def unsqueeze2(X, AxesTensor, AxesTensorList, *, axes, need):
 
 
 @register_op("unsqueeze2_grad", ["XShape", "Out@GRAD", "AxesTensor?", "AxesTensorList*?"], ["X@GRAD"],
-             {"axes": []}, infer_shape=_from_xshape, inplace={"X@GRAD": "Out@GRAD"})
+             {"axes": []}, infer_shape=from_xshape, inplace={"X@GRAD": "Out@GRAD"})
 def unsqueeze2_grad(XShape, dOut, AxesTensor, AxesTensorList):
-    return dOut.reshape(XShape.shape[1:])
+    return xshape_grad(XShape, dOut)
 
 
 # ---- stack ---------------------------------------------------------------------------------------
