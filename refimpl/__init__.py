@@ -12,8 +12,9 @@ from .executor.backend import get_backend, set_backend
 from . import framework, executor, static, tensor, nn, optimizer, incubate, utils
 from . import io  # noqa: F401  (DataLoader.from_generator)
 from .framework import unique_name
-from .tensor import (add, add_n, exp, log, pow, reciprocal, sqrt, cast, concat, divide, increment, matmul, mean, multiply, reshape, scale,
-                     split, square, subtract, sum, transpose)
+from .tensor import *  # noqa: F401,F403  (paddle.add, paddle.where ...: every name of refimpl.tensor's __all__)
+from .static.layer_helper import ParamAttr
+from . import regularizer  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -15,7 +15,7 @@ its own and lower ranks only):
 4. ``executor``, ``io``, ``cuda_backend`` (``cuda_backend`` imports only
    ``core``, ``flags``, ``ops``, itself and ``refimpl.executor.garbage_collector``,
    the collector it extends; the executor loads it lazily, inside functions)
-5. ``static``, ``tensor``, ``nn``, ``optimizer``, ``incubate``, ``utils``
+5. ``static``, ``tensor``, ``nn``, ``optimizer``, ``incubate``, ``utils``, ``regularizer``
    (the user API; they import one another)
 6. ``refimpl``     (the package: ``import refimpl as paddle``)
 7. ``distributed``, ``viz``
@@ -38,7 +38,7 @@ PACKAGES = ("refimpl", "cuda_backend")
 
 RANK = {"core": 0, "flags": 1, "ops": 2, "framework": 3,
         "executor": 4, "io": 4, "cuda_backend": 4,
-        "static": 5, "tensor": 5, "nn": 5, "optimizer": 5, "incubate": 5, "utils": 5,
+        "static": 5, "tensor": 5, "nn": 5, "optimizer": 5, "incubate": 5, "utils": 5, "regularizer": 5,
         "refimpl": 6, "distributed": 7, "viz": 7, "demo": 8, "schedule_cli": 8, "cli": 8}
 
 # (importing module, imported layer) pairs that break the order today.

@@ -1,3 +1,5 @@
-"""``paddle.nn`` pieces used by static programs: functional ops and initializers."""
+"""``paddle.nn`` in static mode: layers, functional forms, initializers and gradient clipping."""
 from . import functional, initializer
 from .functional import relu, gelu, softmax
+from .clip import *  # noqa: F401,F403
+from .layer import *  # noqa: F401,F403

@@ -10,3 +10,4 @@ from . import (activation_ops, collective_ops, control_flow_ops, creation_ops, l
                manipulation_ops, math_ops, nn_ops, optimizer_ops, ps_ops, reader_ops)
 from . import (conv_ops, index_ops, norm_ops, pool_ops, reduce_loss_ops, reduce_ops,  # noqa: F401  (real models)
                shape_ops)
+from . import linalg_ops, metric_ops  # noqa: F401  (real models: bmm, accuracy)

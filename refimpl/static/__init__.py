@@ -9,6 +9,7 @@ from . import nn
 from .backward import append_backward, gradients
 from .input import create_global_var, create_parameter, data
 from .layer_helper import ParamAttr
+from .metric import *  # noqa: F401,F403
 from .control_flow import cond
 
 nn.cond = cond  # type: ignore[attr-defined]  # paddle.static.nn.cond; defined in control_flow.py

@@ -5,6 +5,8 @@ from refimpl.static.layer_helper import LayerHelper
 
 from .math import _var
 
+__all__ = ['cast', 'concat', 'reshape', 'split', 'transpose']
+
 
 def reshape(x, shape, name=None):
     _var(x, "reshape")

@@ -4,6 +4,9 @@ from refimpl.framework import unique_name
 from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
 
+__all__ = ['add', 'add_n', 'divide', 'exp', 'log', 'pow', 'reciprocal', 'sqrt', 'increment', 'matmul', 'mean',
+           'multiply', 'scale', 'square', 'subtract', 'sum']
+
 
 def _var(x, api):
     if not isinstance(x, Variable):

@@ -1,0 +1,1 @@
+"""CUDA kernels of ``refimpl/ops/metric_ops.py``."""

@@ -1,0 +1,3 @@
+"""Inputs: embedding, one_hot (``paddle/nn/functional/input.py``)."""
+
+__all__: list = []

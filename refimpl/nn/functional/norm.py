@@ -1,0 +1,3 @@
+"""Normalisation: layer_norm, batch_norm (``paddle/nn/functional/norm.py``)."""
+
+__all__: list = []

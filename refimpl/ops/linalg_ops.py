@@ -1,0 +1,1 @@
+"""Linear-algebra ops: bmm (Paddle ``paddle/phi/kernels/impl/bmm_kernel_impl.h``)."""

@@ -1,0 +1,1 @@
+"""Metric ops: accuracy (Paddle ``paddle/phi/kernels/cpu/accuracy_kernel.cc``)."""

@@ -1,0 +1,3 @@
+"""``paddle.regularizer``: L1Decay and L2Decay (``paddle/regularizer.py``)."""
+
+__all__: list = []

@@ -1,0 +1,3 @@
+"""``paddle.static.accuracy`` (``paddle/static/nn/metric.py``)."""
+
+__all__: list = []

@@ -1,0 +1,3 @@
+"""Attributes: shape, rank ... (``paddle/tensor/attribute.py``)."""
+
+__all__: list = []

@@ -1,0 +1,3 @@
+"""Linear algebra: bmm ... (``paddle/tensor/linalg.py``)."""
+
+__all__: list = []

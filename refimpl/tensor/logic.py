@@ -1,0 +1,3 @@
+"""Comparison and logical functions: greater_than, logical_and ... (``paddle/tensor/logic.py``)."""
+
+__all__: list = []

@@ -1,0 +1,3 @@
+"""Search: where, argmax, argmin, topk, index_select-like lookups (``paddle/tensor/search.py``)."""
+
+__all__: list = []

@@ -1,0 +1,3 @@
+"""Statistics (``paddle/tensor/stat.py``)."""
+
+__all__: list = []
