@@ -22,7 +22,8 @@ REPLAYED = set()
 REPLAYED |= {"03_mlp_layers", "08_mlp_recompute"}  # ops refimpl already had
 REPLAYED |= {"00_lenet", "01_resnet_block"}  # conv_ops.py + norm_ops.py: 00_lenet, 01_resnet_block
 # 02_gpt_mini / 09_gpt_recompute: every loss is bit-identical, but the key-projection biases have a true
-# gradient of zero, whose rounding noise (1e-9) AdamW turns into steps of +-lr: not yet Paddle's bits.
+# gradient of zero, whose rounding noise (1e-9) AdamW turns into steps of +-lr: see NOISE_GRADIENT.
+REPLAYED |= {"02_gpt_mini", "09_gpt_recompute"}
 REPLAYED |= set()  # index_ops.py
 REPLAYED |= {"10_grad_clip", "11_grad_clip", "12_grad_clip"}  # reduce_ops.py: 10_grad_clip, 11_grad_clip, 12_grad_clip
 # 04_tensor_ops is not replayed: Paddle 2.6.2, which recorded it, gives gather_grad with axis != 0 the
@@ -30,6 +31,14 @@ REPLAYED |= {"10_grad_clip", "11_grad_clip", "12_grad_clip"}  # reduce_ops.py: 1
 # batches get batch 0's gradient), and refimpl computes the true derivative instead.
 REPLAYED |= set()  # index_ops.py + reduce_ops.py
 CASES = sorted(REPLAYED)
+
+# Parameters whose true gradient is zero: a key projection's bias adds q.b_k to every score of a query's
+# row, which softmax cancels. Paddle's gradient for them is rounding noise (|g| ~ 1e-9, moment2 ~ 1e-20)
+# and AdamW's step m/(sqrt(v)+eps) turns noise into steps of up to lr, so Paddle's values come from the
+# order of its float sums, not from the math. For these (found from the recording: moment2 below
+# NOISE_MOMENT2) refimpl's gradient must be noise too, and the parameter within the sum of the learning
+# rates of the recorded value; every other persistable is compared at the case's tolerance.
+NOISE_MOMENT2 = 1e-16
 
 
 def _case(name):
@@ -48,9 +57,23 @@ def test_reproduces_recorded_numbers(name):
     _, scope, losses, _ = replay(d)
     for step, (got, want) in enumerate(zip(losses, d["fetched_loss"])):
         np.testing.assert_allclose(got, array(want), rtol=rtol, atol=atol, err_msg=f"{name}: loss of step {step}")
+    noise = _noise_gradient_params(d)
     for var, entry in d["final_persistables"].items():
-        np.testing.assert_allclose(np.array(scope.find_var(var).get_tensor()), array(entry), rtol=rtol, atol=atol,
-                                   err_msg=f"{name}: {var} after the last step")
+        got = np.array(scope.find_var(var).get_tensor())
+        if var in noise:
+            assert np.max(np.array(scope.find_var(var + "_moment2_0").get_tensor())) < NOISE_MOMENT2, var
+            np.testing.assert_allclose(got, array(entry), rtol=0, atol=noise[var], err_msg=f"{name}: {var}")
+            continue
+        np.testing.assert_allclose(got, array(entry), rtol=rtol, atol=atol, err_msg=f"{name}: {var} after the last step")
+
+
+def _noise_gradient_params(d):
+    """{parameter: the bound on its drift} for parameters whose recorded AdamW moment2 is rounding noise."""
+    fp = d["final_persistables"]
+    steps = d.get("lr_schedule", {}).get("values") or []
+    bound = 1.01 * float(np.sum(steps))
+    return {v[: -len("_moment2_0")]: bound for v in fp
+            if v.endswith("_moment2_0") and np.max(array(fp[v])) < NOISE_MOMENT2 and bound > 0}
 
 
 @pytest.mark.parametrize("name", CASES)
