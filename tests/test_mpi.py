@@ -269,7 +269,7 @@ def _case_fault(fault):
 
 def _case_control(dist, ctx):
     """Host names, the NCCL id and the NCCL agreement: buffers only (no pickle), bytes intact."""
-    from refimpl.distributed.communication.mpi import all_agree
+    from refimpl.distributed.communication.mpi_nccl import all_agree
     from refimpl.distributed.communication.mpi_monitor import allgather_text
     from refimpl.distributed.fleet.base.mpi_role_maker import MPIRoleMaker
     r, n, world = ctx.rank, ctx.world_size, ctx.world

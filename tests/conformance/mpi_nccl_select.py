@@ -15,7 +15,8 @@ import numpy as np
 import refimpl as paddle
 import refimpl.distributed as dist
 from refimpl.distributed.communication import current
-from refimpl.distributed.communication.mpi import MPICommunicator, NcclRingCommunicator
+from refimpl.distributed.communication.mpi import MPICommunicator
+from refimpl.distributed.communication.mpi_nccl import NcclRingCommunicator
 
 import cuda_backend
 from cuda_backend import nccl
