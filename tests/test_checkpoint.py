@@ -281,3 +281,28 @@ def test_inference_model_round_trip(tmp_path):
     np.testing.assert_array_equal(got, want)
     with pytest.raises(NotFound, match="ghost"):
         paddle.static.save_inference_model(str(tmp_path / "bad"), ["ghost"], [out], exe, program=main)
+
+
+@pytest.mark.parametrize("kind", ["warmup", "plateau"])
+def test_nested_and_none_scheduler_state_round_trips(tmp_path, kind):
+    """LinearWarmup nests its inner scheduler's state; ReduceOnPlateau's best is None before its first step."""
+    import refimpl as paddle
+    lr = paddle.optimizer.lr
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [None, 3])
+        loss = paddle.mean(paddle.static.nn.fc(x, 2))
+        sched = (lr.LinearWarmup(lr.CosineAnnealingDecay(0.1, T_max=4), 2, 0.0, 0.1) if kind == "warmup"
+                 else lr.ReduceOnPlateau(0.1))
+        paddle.optimizer.SGD(learning_rate=sched).minimize(loss)
+    exe = paddle.static.Executor()
+    exe.run(startup)
+    if kind == "warmup":
+        for _ in range(3):
+            sched.step()
+    saved = sched.state_dict()
+    paddle.static.save(main, str(tmp_path / "m"))
+    sched.step() if kind == "warmup" else sched.step(1.0)
+    assert sched.state_dict() != saved
+    paddle.static.load(main, str(tmp_path / "m"), exe)
+    assert sched.state_dict() == saved

@@ -1,70 +1,33 @@
-"""Learning-rate schedules.
+"""Learning-rate schedules: ``paddle.optimizer.lr``.
 
-Mirrors ``paddle.optimizer.lr``: an ``LRScheduler`` object (``StepDecay``,
-``ExponentialDecay``) adds no ops; the executor writes ``scheduler()`` into
-the learning-rate variable before every run and the user calls ``step()``.
+Mirrors ``python/paddle/optimizer/lr.py``. An ``LRScheduler`` object adds no
+ops; the executor writes ``scheduler()`` into the learning-rate variable
+before every run and the user calls ``step()``. The schedulers live in
+``lr_scheduler.py`` (the base class), ``lr_decay.py`` (closed-form decays),
+``lr_warmup.py`` (warm-up, cosine annealing, one-cycle) and ``lr_plateau.py``
+(``ReduceOnPlateau``); this module re-exports them all.
 ``exponential_decay`` is the older in-graph form: it appends ops with the
 LRSched op role (a step counter ``@LR_DECAY_COUNTER@`` incremented every run,
 then ``lr * rate ** (step / decay_steps)``) and returns the lr Variable.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from refimpl.core.errors import InvalidArgument
+
+from .lr_decay import *  # noqa: F401,F403
+from .lr_decay import __all__ as _decay_all
+from .lr_plateau import *  # noqa: F401,F403
+from .lr_plateau import __all__ as _plateau_all
+from .lr_scheduler import LRScheduler
+from .lr_warmup import *  # noqa: F401,F403
+from .lr_warmup import __all__ as _warmup_all
 
 if TYPE_CHECKING:
     from refimpl.framework.variable import Variable
 
-
-class LRScheduler:
-    def __init__(self, learning_rate: float = 0.1, last_epoch: int = -1, verbose: bool = False) -> None:
-        self.base_lr = float(learning_rate)
-        self.last_epoch = last_epoch
-        self.last_lr = self.base_lr
-        self.step()
-
-    def __call__(self):
-        return self.last_lr
-
-    def step(self, epoch: Optional[int] = None) -> None:
-        self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
-        self.last_lr = self.get_lr()
-
-    def get_lr(self) -> float:
-        raise NotImplementedError
-
-    def state_dict(self) -> Dict[str, Any]:
-        return {"last_epoch": self.last_epoch, "last_lr": self.last_lr}
-
-    def set_state_dict(self, state: Dict[str, Any]) -> None:
-        self.last_epoch, self.last_lr = state["last_epoch"], state["last_lr"]
-
-
-class StepDecay(LRScheduler):
-    def __init__(self, learning_rate: float, step_size: int, gamma: float = 0.1, last_epoch: int = -1,
-                 verbose: bool = False) -> None:
-        if not isinstance(step_size, int) or step_size <= 0:
-            raise InvalidArgument(f"StepDecay: step_size must be a positive int, got {step_size!r}")
-        if gamma >= 1.0:
-            raise InvalidArgument(f"StepDecay: gamma must be < 1.0, got {gamma}")
-        self.step_size, self.gamma = step_size, gamma
-        super().__init__(learning_rate, last_epoch, verbose)
-
-    def get_lr(self) -> float:
-        return self.base_lr * self.gamma ** (self.last_epoch // self.step_size)
-
-
-class ExponentialDecay(LRScheduler):
-    def __init__(self, learning_rate: float, gamma: float, last_epoch: int = -1,
-                 verbose: bool = False) -> None:
-        if not 0 < gamma < 1:
-            raise InvalidArgument(f"ExponentialDecay: gamma must be in (0, 1), got {gamma}")
-        self.gamma = gamma
-        super().__init__(learning_rate, last_epoch, verbose)
-
-    def get_lr(self) -> float:
-        return self.base_lr * self.gamma ** self.last_epoch
+__all__ = ["LRScheduler", "exponential_decay", *_decay_all, *_warmup_all, *_plateau_all]
 
 
 def exponential_decay(learning_rate: float, decay_steps: float, decay_rate: float,

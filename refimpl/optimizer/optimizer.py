@@ -1,7 +1,11 @@
 """Optimizer base: ``minimize`` = backward + one update op per parameter.
 
 Mirrors ``paddle.optimizer.Optimizer`` in static mode: ``minimize(loss)``
-calls ``append_backward``, sorts ``(param, grad)`` pairs by parameter name,
+calls ``append_backward``; ``apply_gradients`` sorts ``(param, grad)`` pairs
+by parameter name, clips them with ``grad_clip`` (``refimpl/nn/clip.py``),
+adds weight decay (a parameter's own ``ParamAttr(regularizer=...)`` first,
+else the optimizer's ``weight_decay``: the regularizer's term, then ``sum`` of
+``[grad, term]`` into ``grad``, in the ``regularization`` name scope), then
 creates the global learning-rate variable ``learning_rate_k`` (a
 ``fill_constant`` in the startup program, or a value the executor writes
 before each run when an ``LRScheduler`` drives it), creates accumulators
@@ -18,16 +22,37 @@ from refimpl.framework import unique_name
 from refimpl.framework.program import default_main_program, default_startup_program, device_guard, program_guard
 from refimpl.framework.variable import Variable
 from refimpl.nn.initializer import Constant
+from refimpl.regularizer import L2Decay, WeightDecayRegularizer
 from refimpl.static.backward import append_backward
 from refimpl.static.input import create_global_var
 from refimpl.static.layer_helper import LayerHelper
 
-from .lr import LRScheduler
+from .lr_scheduler import LRScheduler
 
 if TYPE_CHECKING:
     from refimpl.framework.operator import Operator
     from refimpl.framework.program import Program
     from refimpl.framework.variable import Parameter
+
+__all__ = ["Optimizer"]
+
+
+def _check_grad_clip(cls: str, grad_clip: Any) -> Any:
+    from refimpl.nn.clip import ClipGradBase
+    if grad_clip is not None and not isinstance(grad_clip, ClipGradBase):
+        raise InvalidArgument(f"{cls}: grad_clip must be a ClipGradByValue, ClipGradByNorm or "
+                              f"ClipGradByGlobalNorm, got {type(grad_clip).__name__}")
+    return grad_clip
+
+
+def _to_regularizer(cls: str, weight_decay: Any) -> Optional[WeightDecayRegularizer]:
+    """Paddle's rule: a float (or int) means ``L2Decay(weight_decay)``; None means no decay."""
+    if weight_decay is None or isinstance(weight_decay, WeightDecayRegularizer):
+        return weight_decay
+    if isinstance(weight_decay, (int, float)) and not isinstance(weight_decay, bool):
+        return L2Decay(float(weight_decay))
+    raise InvalidArgument(f"{cls}: weight_decay must be a float, L1Decay or L2Decay, "
+                          f"got {type(weight_decay).__name__}")
 
 
 class Optimizer:
@@ -43,6 +68,8 @@ class Optimizer:
             raise InvalidArgument(f"{type(self).__name__}: learning_rate must be >= 0, got {learning_rate}")
         self._learning_rate = learning_rate
         self._parameter_list = parameters
+        self._grad_clip = _check_grad_clip(type(self).__name__, grad_clip)
+        self.regularization = _to_regularizer(type(self).__name__, weight_decay)
         self._learning_rate_map = {}
         self._accumulators = {}
         self.helper = None
@@ -109,7 +136,36 @@ class Optimizer:
 
     def apply_gradients(self, params_grads: Sequence[Tuple[Parameter, Variable]]) -> List[Operator]:
         params_grads = sorted(params_grads, key=lambda pg: pg[0].name)
+        if self._grad_clip is not None:
+            params_grads = self._grad_clip(params_grads)
+        params_grads = self.append_regularization_ops(params_grads, self.regularization)
         return self._create_optimization_pass(params_grads)
+
+    # ---- weight decay -----------------------------------------------------
+    def _create_regularization_of_grad(self, param, grad, regularization=None):
+        """``grad += term`` where term comes from the parameter's regularizer, else ``regularization``."""
+        reg = getattr(param, "regularizer", None)
+        if reg is not None and not isinstance(reg, WeightDecayRegularizer):
+            raise InvalidArgument(f"{type(self).__name__}: the regularizer of parameter {param.name!r} must be "
+                                  f"an L1Decay or L2Decay, got {type(reg).__name__}")
+        reg = reg or regularization
+        if grad is None or reg is None:
+            return grad
+        term = reg(param, grad, grad.block)
+        grad.block.append_op(type="sum", inputs={"X": [grad, term]}, outputs={"Out": [grad]})
+        return grad
+
+    def append_regularization_ops(self, parameters_and_grads: Sequence[Tuple[Parameter, Variable]],
+                                  regularization: Optional[WeightDecayRegularizer] = None
+                                  ) -> List[Tuple[Parameter, Variable]]:
+        """Add each parameter's weight-decay term to its gradient (ops in the ``regularization`` scope)."""
+        out = []
+        program = default_main_program()
+        with program._name_scope("regularization"):
+            for p, g in parameters_and_grads:
+                with p.block.program._optimized_guard([p, g]):
+                    out.append((p, self._create_regularization_of_grad(p, g, regularization)))
+        return out
 
     def _create_optimization_pass(self, params_grads):
         program = default_main_program()

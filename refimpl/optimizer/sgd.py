@@ -3,13 +3,18 @@
 Mirrors ``paddle.optimizer.{SGD, Momentum, Adam, AdamW}`` in static mode:
 the same update ops (``sgd``, ``momentum``, ``adam``, ``adamw``), slot
 wiring, attrs and accumulator names (``_velocity_0``, ``_moment1_0``,
-``_moment2_0``, ``_beta1_pow_acc_0``, ``_beta2_pow_acc_0``).
+``_moment2_0``, ``_beta1_pow_acc_0``, ``_beta2_pow_acc_0``). As in Paddle,
+Momentum fuses an L2 decay (a float ``weight_decay``, ``L2Decay``, or a
+parameter's ``L2Decay``) into the ``momentum`` op's ``regularization_method``
+/ ``regularization_coeff`` attrs instead of appending ``scale`` + ``sum``;
+AdamW's decay is the ``adamw`` op's own ``coeff`` (decoupled).
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING, Union
 
 from refimpl.core.errors import InvalidArgument
+from refimpl.regularizer import L2Decay
 
 from .optimizer import Optimizer
 
@@ -17,15 +22,27 @@ if TYPE_CHECKING:
     from refimpl.framework.variable import Parameter, Variable
     from .lr import LRScheduler
 
+__all__ = ["SGD", "Momentum", "Adam", "AdamW"]
+
 
 class SGD(Optimizer):
     type = "sgd"
+
+    def __init__(self, learning_rate: Union[float, LRScheduler, Variable] = 0.001,
+                 parameters: Optional[Sequence[Union[Parameter, str]]] = None, weight_decay: Any = None,
+                 grad_clip: Any = None, multi_precision: bool = False, name: Optional[str] = None) -> None:
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
 
     def _append_optimize_op(self, block, pg):
         p, g = pg
         return block.append_op(type="sgd",
                                inputs={"Param": p, "Grad": g, "LearningRate": self._create_param_lr(pg)},
                                outputs={"ParamOut": p}, attrs={"multi_precision": False})
+
+
+def _l2_coeff(decay: Any) -> tuple:
+    """(``regularization_method``, ``regularization_coeff``) of a fused L2 decay."""
+    return "l2_decay", float(decay._coeff if isinstance(decay, L2Decay) else decay)
 
 
 class Momentum(Optimizer):
@@ -35,9 +52,23 @@ class Momentum(Optimizer):
                  parameters: Optional[Sequence[Union[Parameter, str]]] = None, use_nesterov: bool = False,
                  weight_decay: Any = None, grad_clip: Any = None, multi_precision: bool = False,
                  rescale_grad: float = 1.0, name: Optional[str] = None) -> None:
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
+        if isinstance(weight_decay, int) and not isinstance(weight_decay, bool):
+            weight_decay = float(weight_decay)
+        fused = isinstance(weight_decay, (L2Decay, float))
+        super().__init__(learning_rate, parameters, None if fused else weight_decay, grad_clip, name)
         self._momentum, self._use_nesterov, self._rescale_grad = float(momentum), bool(use_nesterov), rescale_grad
-        self._regularization_coeff = float(weight_decay) if isinstance(weight_decay, (int, float)) else 0.0
+        self._regularization = _l2_coeff(weight_decay) if fused else ("", 0.0)
+
+    def _create_regularization_of_grad(self, param, grad, regularization=None):
+        if isinstance(getattr(param, "regularizer", None), L2Decay):
+            return grad  # fused into the momentum op below
+        return super()._create_regularization_of_grad(param, grad, regularization)
+
+    def _param_regularization(self, p):
+        reg = getattr(p, "regularizer", None)
+        if isinstance(reg, L2Decay):
+            return _l2_coeff(reg)
+        return ("", 0.0) if reg is not None else self._regularization
 
     def _create_accumulators(self, block, params):
         for p in params:
@@ -46,13 +77,13 @@ class Momentum(Optimizer):
     def _append_optimize_op(self, block, pg):
         p, g = pg
         v = self._get_accumulator("velocity", p)
+        method, coeff = self._param_regularization(p)
         return block.append_op(
             type="momentum",
             inputs={"Param": p, "Grad": g, "Velocity": v, "LearningRate": self._create_param_lr(pg)},
             outputs={"ParamOut": p, "VelocityOut": v},
             attrs={"mu": self._momentum, "use_nesterov": self._use_nesterov,
-                   "regularization_method": "l2_decay" if self._regularization_coeff else "",
-                   "regularization_coeff": self._regularization_coeff,
+                   "regularization_method": method, "regularization_coeff": coeff,
                    "multi_precision": False, "rescale_grad": float(self._rescale_grad)})
 
 

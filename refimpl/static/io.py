@@ -66,6 +66,7 @@ from refimpl.core import atomic_file, npz_archive, random
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound
 from refimpl.core.scope import global_scope
 from refimpl.framework.program import Program, default_main_program
+from refimpl.optimizer.lr_scheduler import flatten_state, unflatten_state
 
 if TYPE_CHECKING:
     from refimpl.core.scope import Scope
@@ -167,8 +168,9 @@ def _gather(variables, scope, programs=()):
     if programs:
         sched = _scheduler(programs)
         if sched is not None:
-            for k, v in sched.state_dict().items():
-                arrays[LR_PREFIX + k] = np.asarray(v)
+            for k, v in flatten_state(sched.state_dict()).items():
+                # None (ReduceOnPlateau's best before its first step) is stored as NaN
+                arrays[LR_PREFIX + k] = np.asarray(np.nan if v is None else v)
         for k, v in random.get_state().items():
             arrays[RANDOM_PREFIX + k] = v
     return arrays
@@ -196,7 +198,7 @@ def _scheduler_state(sched, arrays, path):
     if sched is None or not any(n.startswith(LR_PREFIX) for n in arrays):
         return None
     state = {}
-    for key, current in sched.state_dict().items():
+    for key, current in flatten_state(sched.state_dict()).items():
         name = LR_PREFIX + key
         if name not in arrays:
             raise NotFound(f"LR scheduler entry {name!r} is not in checkpoint file {path!r}")
@@ -205,8 +207,12 @@ def _scheduler_state(sched, arrays, path):
         if a.size != 1 or a.dtype.kind not in ("iu" if integer else "iuf"):
             raise InvalidArgument(f"LR scheduler entry {name!r} in {path!r} must be one "
                                   f"{'integer' if integer else 'number'}, got dtype {a.dtype} shape {list(a.shape)}")
-        state[key] = type(current)(a.item()) if isinstance(current, (int, float)) else a.item()
-    return state
+        value = a.item()
+        if a.dtype.kind == "f" and np.isnan(value) and not integer:
+            state[key] = None
+        else:
+            state[key] = type(current)(value) if isinstance(current, (int, float)) else value
+    return unflatten_state(state)
 
 
 def _random_state(arrays, path):
