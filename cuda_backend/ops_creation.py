@@ -1,10 +1,11 @@
-"""CUDA kernels for refimpl.ops.creation_ops: fills, random initialisers, embedding.
+"""CUDA kernels for refimpl.ops.creation_ops: fills, random initialisers, assign_value, embedding.
 
 Mirrors Paddle's GPU ``FullKernel``, ``UniformRandomKernel``,
 ``GaussianKernel``, ``EmbeddingKernel`` / ``EmbeddingGradKernel``.
 Differences: the random ops draw on the host with the CPU kernel's
 generator and copy the result to the device (Paddle uses its Philox
-generator on the device), so both backends start from the same numbers.
+generator on the device), so both backends start from the same numbers;
+``assign_value`` copies its attr values from the host, as Paddle's GPU kernel does.
 The embedding grad scatter-adds rows in id order, one thread per column
 (deterministic, NumPy's ``np.add.at`` order) instead of Paddle's atomics;
 out-of-range ids read as zero rows rather than raising (the check would be
@@ -68,7 +69,35 @@ def gaussian_random(ShapeTensor, ShapeTensorList, *, shape, mean, std, seed, dty
     return to_device(host)
 
 
+def fill_constant_batch_size_like(Input, *, shape, input_dim_idx, output_dim_idx, dtype, value, str_value):
+    """Input is a shape-only meta (no need buffer)."""
+    dt = to_numpy_dtype(dtype)
+    if str_value:
+        value = cpu.parse_str_value(str_value, dt)
+    return full(cpu.batch_size_like_shape(tuple(Input.shape), shape, input_dim_idx, output_dim_idx), value, dt)
+
+
+def assign_value(ValuesTensor, *, shape, dtype, values):
+    if ValuesTensor is not None:
+        return copy_array(dev(ValuesTensor))
+    return to_device(cpu.assign_value(None, shape=shape, dtype=dtype, values=values))
+
+
+@cuda.jit
+def _copy(x, out):
+    for i in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        out[i] = x[i]
+
+
+def copy_array(x):
+    out = empty(tuple(x.shape), x.dtype)
+    launch(_copy, out.size, flat(x), flat(out))
+    return out
+
+
 register_kernel("fill_constant", "cuda", fill_constant)
+register_kernel("fill_constant_batch_size_like", "cuda", fill_constant_batch_size_like)
+register_kernel("assign_value", "cuda", assign_value)
 register_kernel("fill_any_like", "cuda", fill_any_like)
 register_kernel("uniform_random", "cuda", uniform_random)
 register_kernel("gaussian_random", "cuda", gaussian_random)

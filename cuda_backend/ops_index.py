@@ -1,4 +1,4 @@
-"""CUDA kernels for ``refimpl/ops/index_ops.py`` and ``shape_ops.py`` (tile, gather_nd included).
+"""CUDA kernels for ``refimpl/ops/index_ops.py`` and ``shape_ops.py`` (tile, gather_nd, shape included).
 
 Mirrors Paddle's GPU kernels of the same names (``paddle/phi/kernels/gpu/``
 ``arange_kernel.cu``, ``tril_triu_kernel.cu``, ``where_kernel.cu``,
@@ -12,7 +12,8 @@ matching rows of Out@GRAD in index order (``np.add.at``'s order) instead of
 Paddle's atomic adds; the Start / End / Step, Starts / Ends, Axes, Shape and
 Index tensors are read back to the host for the size computations and the
 bounds check. ``squeeze2`` / ``unsqueeze2`` outputs are views of X, as on
-the CPU.
+the CPU. ``shape`` copies Input's dims from the host (Paddle's GPU kernel
+writes them to host memory).
 """
 import numpy as np
 
@@ -23,7 +24,7 @@ from refimpl.ops.registry import register_kernel
 
 from . import ew
 from .device import (bcast_strides, contiguous_strides, cuda, dev, empty, flat, launch, launch_config, padded,
-                     scalar_of, to_host)
+                     scalar_of, to_device, to_host)
 from .ops_creation import full, host_or_none
 from .ops_manipulation import _scatter, concat_arrays, from_xshape, split_array, strided_copy, xshape_of
 
@@ -353,3 +354,12 @@ def tile_grad(X, dOut, RepeatTimes, repeat_times_tensor, *, repeat_times):
 
 register_kernel("tile", "cuda", tile)
 register_kernel("tile_grad", "cuda", tile_grad)
+
+
+# ---- shape ------------------------------------------------------------------------------------------------
+def shape(Input):
+    """Input is a shape-only meta (no need buffer): its dims go to the device as int32."""
+    return to_device(cpu_shape.shape(Input))
+
+
+register_kernel("shape", "cuda", shape)

@@ -106,6 +106,21 @@ def f_greater_equal(DT):
     return lambda x, y, a, b: x >= y
 
 
+@ew.functor(2)
+def f_and(DT):
+    return lambda x, y, a, b: x != 0 and y != 0
+
+
+@ew.functor(2)
+def f_or(DT):
+    return lambda x, y, a, b: x != 0 or y != 0
+
+
+@ew.functor(2)
+def f_xor(DT):
+    return lambda x, y, a, b: (x != 0) != (y != 0)
+
+
 @ew.functor(1)
 def f_neg(DT):
     return lambda x, a, b: -x
@@ -231,7 +246,7 @@ for _name, _fn in (("elementwise_add_grad", add_grad), ("elementwise_sub_grad", 
     register_kernel(_name, "cuda", _fn)
 
 
-# ---- comparisons, logical_not, increment --------------------------------------------------
+# ---- comparisons, logical ops, is_empty, increment --------------------------------------------------
 def _register_compare(name, fn):
     def kernel(X, Y, *, axis):
         try:
@@ -249,6 +264,29 @@ _register_compare("not_equal", f_not_equal)
 _register_compare("less_equal", f_less_equal)
 _register_compare("greater_than", f_greater)
 _register_compare("greater_equal", f_greater_equal)
+
+
+def _register_logical(name, fn):
+    def kernel(X, Y):
+        try:
+            return ew.run_n(fn, [X, Y], out_dtype=np.bool_)
+        except ValueError:
+            raise InvalidArgument(f"{name}: the shapes of X {list(X.shape)} and Y {list(Y.shape)} "
+                                  f"do not broadcast") from None
+    kernel.__name__ = name
+    register_kernel(name, "cuda", kernel)
+
+
+_register_logical("logical_and", f_and)
+_register_logical("logical_or", f_or)
+_register_logical("logical_xor", f_xor)
+
+
+def is_empty(X):
+    return to_device(np.array(X.size == 0))  # the size is known on the host
+
+
+register_kernel("is_empty", "cuda", is_empty)
 
 
 def logical_not(X):

@@ -1,5 +1,5 @@
-"""Creation ops: fill_constant, fill_any_like, uniform_random, gaussian_random,
-and the embedding lookup lookup_table_v2 (+ its grad).
+"""Creation ops: fill_constant, fill_any_like, uniform_random, gaussian_random, assign_value,
+fill_constant_batch_size_like, and the embedding lookup lookup_table_v2 (+ its grad).
 
 Each mirrors the Paddle op of the same name: same slots, same attrs and
 defaults. As in Paddle, a shape comes from ``ShapeTensorList`` first, then
@@ -11,6 +11,10 @@ Differences from Paddle: random ops draw from NumPy generators
 non-zero ``seed`` attr still makes an op repeat the same numbers on every
 run, and ``refimpl.core.random.seed(n)`` makes the others reproducible.
 ``lookup_table_v2_grad`` always produces a dense gradient (no SelectedRows).
+``assign_value`` carries its numbers in Paddle 3's ``values`` attr (a list of
+Python numbers; Paddle 2.6 spread them over ``fp32_values`` / ``int64_values``
+...); ``fill_constant_batch_size_like`` takes dim ``output_dim_idx`` of its
+``shape`` from Input's dim ``input_dim_idx`` and reads only Input's shape.
 """
 import functools
 
@@ -161,3 +165,54 @@ def lookup_table_v2_grad(Ids, W, dOut, *, padding_idx):
     dW = np.zeros(W.shape, dtype=dOut.dtype)
     np.add.at(dW, ids, rows)
     return dW
+
+
+# ---- assign_value -------------------------------------------------------------------------
+def _assign_value_infer(ins, attrs):
+    if ins.get("ValuesTensor"):
+        return {"Out": first(ins, "ValuesTensor")}
+    return {"Out": (tuple(attrs["shape"]), VARTYPE_TO_NAME[attrs["dtype"]])}
+
+
+@register_op("assign_value", ["ValuesTensor?"], ["Out"], {"shape": [], "dtype": 5, "values": []},
+             infer_shape=_assign_value_infer)
+def assign_value(ValuesTensor, *, shape, dtype, values):
+    """``values`` (Paddle 3's Scalar list: Python numbers) reshaped to ``shape``, in ``dtype``."""
+    if ValuesTensor is not None:
+        return np.array(ValuesTensor)
+    n = int(np.prod(shape, dtype=np.int64))
+    if len(values) != n:
+        raise InvalidArgument(f"assign_value: {len(values)} values do not fill shape {list(shape)} "
+                              f"({n} elements)")
+    return np.array(values, dtype=_numpy_dtype(dtype)).reshape(tuple(shape))
+
+
+# ---- fill_constant_batch_size_like ---------------------------------------------------------
+def batch_size_like_shape(in_shape, shape, input_dim_idx, output_dim_idx, op="fill_constant_batch_size_like"):
+    """``shape`` with dim ``output_dim_idx`` taken from Input's dim ``input_dim_idx``."""
+    if not 0 <= input_dim_idx < len(in_shape):
+        raise InvalidArgument(f"{op}: input_dim_idx {input_dim_idx} is out of range for Input of rank "
+                              f"{len(in_shape)}")
+    if not 0 <= output_dim_idx < len(shape):
+        raise InvalidArgument(f"{op}: output_dim_idx {output_dim_idx} is out of range for shape {list(shape)}")
+    out = [int(d) for d in shape]
+    out[output_dim_idx] = int(in_shape[input_dim_idx])
+    return tuple(out)
+
+
+def _batch_size_like_infer(ins, attrs):
+    xs, _ = first(ins, "Input")
+    shape = batch_size_like_shape(xs, attrs["shape"], attrs["input_dim_idx"], attrs["output_dim_idx"])
+    return {"Out": (shape, VARTYPE_TO_NAME[attrs["dtype"]])}
+
+
+@register_op("fill_constant_batch_size_like", ["Input"], ["Out"],
+             {"shape": [], "input_dim_idx": 0, "output_dim_idx": 0, "dtype": 5, "value": 0.0, "str_value": "",
+              "force_cpu": False},
+             infer_shape=_batch_size_like_infer, no_need_buffer=["Input"])
+def fill_constant_batch_size_like(Input, *, shape, input_dim_idx, output_dim_idx, dtype, value, str_value):
+    """Input may be a shape-only meta (no need buffer); a non-empty ``str_value`` wins over ``value``."""
+    dt = _numpy_dtype(dtype)
+    if str_value:
+        value = parse_str_value(str_value, dt)
+    return np.full(batch_size_like_shape(Input.shape, shape, input_dim_idx, output_dim_idx), value, dtype=dt)

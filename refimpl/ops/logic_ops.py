@@ -1,10 +1,13 @@
-"""Comparison and counter ops: equal, not_equal, less_than, less_equal, greater_than,
-greater_equal, logical_not, increment.
+"""Comparison, logical and counter ops: equal, not_equal, less_than, less_equal, greater_than,
+greater_equal, logical_and, logical_or, logical_xor, logical_not, is_empty, increment.
 
 Each mirrors the Paddle op of the same name (``paddle/phi/kernels/cpu/compare_kernel.cc``).
 The comparisons broadcast like the elementwise ops (``axis`` aligns a lower-rank Y with X's
 dim ``axis``; -1 is trailing alignment) and output bool; ``force_cpu`` is
-accepted and has no effect. ``logical_not`` outputs bool. ``increment`` adds
+accepted and has no effect. The logical ops (``logical_kernel.cc``) read any
+dtype as "non-zero is true", broadcast X and Y with NumPy's rule (they have
+no ``axis``) and output bool; ``is_empty`` is a 0-D bool, true when X has no
+element. ``increment`` adds
 ``step`` to a one-element tensor and keeps its dtype (Paddle requires exactly
 one element, and so does this). The comparisons and logical_not have no
 gradient; increment's "grad" is, as in Paddle, the inverse increment
@@ -45,6 +48,38 @@ not_equal = _register_compare("not_equal", np.not_equal)
 less_equal = _register_compare("less_equal", np.less_equal)
 greater_than = _register_compare("greater_than", np.greater)
 greater_equal = _register_compare("greater_equal", np.greater_equal)
+
+
+def _logical_infer(name):
+    def infer(ins, attrs):
+        (xs, _), (ys, _) = first(ins, "X"), first(ins, "Y")
+        try:
+            return {"Out": (broadcast_shape(xs, ys), "bool")}
+        except ValueError:
+            raise InvalidArgument(f"{name}: the shapes of X {list(xs)} and Y {list(ys)} do not broadcast") from None
+    return infer
+
+
+def _register_logical(name, fn):
+    @register_op(name, ["X", "Y"], ["Out"], {}, infer_shape=_logical_infer(name))
+    def kernel(X, Y):
+        try:
+            return fn(X, Y)
+        except ValueError:
+            raise InvalidArgument(f"{name}: the shapes of X {list(np.shape(X))} and Y {list(np.shape(Y))} "
+                                  f"do not broadcast") from None
+    kernel.__name__ = name
+    return kernel
+
+
+logical_and = _register_logical("logical_and", np.logical_and)
+logical_or = _register_logical("logical_or", np.logical_or)
+logical_xor = _register_logical("logical_xor", np.logical_xor)
+
+
+@register_op("is_empty", ["X"], ["Out"], {}, infer_shape=lambda ins, attrs: {"Out": ((), "bool")})
+def is_empty(X):
+    return np.array(np.asarray(X).size == 0)
 
 
 @register_op("logical_not", ["X"], ["Out"], {},

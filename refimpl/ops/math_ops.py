@@ -135,7 +135,16 @@ def _matmul_infer(ins, attrs):
         xs[-1], xs[-2] = xs[-2], xs[-1]
     if attrs["trans_y"]:
         ys[-1], ys[-2] = ys[-2], ys[-1]
-    out = list(broadcast_shape(xs[:-2], ys[:-2])) + [xs[-2], ys[-1]]
+    if -1 not in (xs[-1], ys[-2]) and xs[-1] != ys[-2]:
+        raise InvalidArgument(f"matmul_v2: X's last dim {xs[-1]} differs from Y's second-to-last {ys[-2]} "
+                              f"(shapes {list(first(ins, 'X')[0])} and {list(first(ins, 'Y')[0])}, "
+                              f"trans_x={attrs['trans_x']}, trans_y={attrs['trans_y']})")
+    try:
+        batch = broadcast_shape(xs[:-2], ys[:-2])
+    except ValueError:
+        raise InvalidArgument(f"matmul_v2: the batch dims of X {list(first(ins, 'X')[0])} and Y "
+                              f"{list(first(ins, 'Y')[0])} do not broadcast") from None
+    out = list(batch) + [xs[-2], ys[-1]]
     if x1:
         out.pop(-2)
     if y1:

@@ -1,4 +1,4 @@
-"""Shape ops of the indexing family: squeeze2, unsqueeze2, stack, expand_v2, tile (+ grads).
+"""Shape ops of the indexing family: squeeze2, unsqueeze2, stack, expand_v2, tile (+ grads), shape.
 
 Each mirrors the Paddle op of the same name (``paddle/phi/kernels/cpu/``
 ``squeeze_kernel.cc``, ``unsqueeze_kernel.cc``, ``stack_kernel.cc``,
@@ -14,7 +14,8 @@ axis in order, a negative axis counting from the end of the shape built so
 far. ``expand_v2``'s grad sums Out@GRAD back over the expanded dims in
 NumPy's order (``common.reduce_to``), Paddle's Eigen sum adds in its own;
 ``tile_grad`` likewise adds the tiles in row-major order (pairwise when X
-has one element).
+has one element). ``shape`` gives Input's dims as an int32 vector and reads only Input's shape
+(``shape_kernel.cc``; Input is a no-need-buffer slot, as in Paddle).
 """
 from typing import Any, List, Sequence, Tuple
 
@@ -254,3 +255,11 @@ def tile_grad(X, dOut, RepeatTimes, repeat_times_tensor, *, repeat_times):
     t = tiles_first(dOut, x, r)
     summed = np.add.reduce(t.reshape(-1) if t.shape[1] == 1 else t, axis=0)
     return np.asarray(summed, dtype=dOut.dtype).reshape(X.shape)
+
+
+# ---- shape ------------------------------------------------------------------------------------------
+@register_op("shape", ["Input"], ["Out"], {}, no_need_buffer=["Input"],
+             infer_shape=lambda ins, attrs: {"Out": ((len(first(ins, "Input")[0]),), "int32")})
+def shape(Input):
+    """Input's dims as a 1-D int32 tensor; Input may be a shape-only meta (no need buffer)."""
+    return np.array(Input.shape, dtype=np.int32)
