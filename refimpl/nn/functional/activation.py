@@ -1,8 +1,11 @@
 """Activations of ``paddle.nn.functional`` in static mode (``paddle/nn/functional/activation.py``)."""
+from refimpl.core.dtypes import convert_dtype, to_vartype
+from refimpl.core.errors import InvalidArgument
 from refimpl.static.layer_helper import LayerHelper
 from refimpl.tensor.math import _unary, _var
 
-__all__ = ['relu', 'tanh', 'sigmoid', 'gelu', 'softmax', 'silu', 'leaky_relu', 'log_sigmoid', 'hardsigmoid']
+__all__ = ['relu', 'tanh', 'sigmoid', 'gelu', 'softmax', 'silu', 'leaky_relu', 'log_sigmoid', 'hardsigmoid',
+           'log_softmax']
 
 
 def relu(x, name=None):
@@ -47,4 +50,24 @@ def hardsigmoid(x, slope=0.1666667, offset=0.5, name=None):
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op(type="hard_sigmoid", inputs={"X": x}, outputs={"Out": out},
                      attrs={"slope": slope, "offset": offset})
+    return out
+
+
+def log_softmax(x, axis=-1, dtype=None, name=None):
+    """log(softmax(x)) along ``axis`` (op ``log_softmax``); with ``dtype``, x is cast first (op ``cast``)."""
+    _var(x, "log_softmax")
+    nd = len(x.shape)
+    if not isinstance(axis, int) or not -max(nd, 1) <= axis < max(nd, 1):
+        raise InvalidArgument(f"log_softmax: axis {axis!r} is out of range for x {x.name!r} of shape "
+                              f"{list(x.shape)}")
+    helper = LayerHelper("log_softmax", name=name)
+    src = x
+    if dtype is not None:
+        if convert_dtype(dtype) not in ("float32", "float64"):
+            raise InvalidArgument(f"log_softmax: dtype must be float32 or float64, got {dtype!r}")
+        src = helper.create_variable_for_type_inference(convert_dtype(dtype))
+        helper.append_op(type="cast", inputs={"X": x}, outputs={"Out": src},
+                         attrs={"in_dtype": to_vartype(x.dtype), "out_dtype": to_vartype(dtype)})
+    out = helper.create_variable_for_type_inference(src.dtype)
+    helper.append_op(type="log_softmax", inputs={"X": src}, outputs={"Out": out}, attrs={"axis": axis})
     return out

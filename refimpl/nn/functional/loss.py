@@ -1,9 +1,19 @@
-"""Losses of ``paddle.nn.functional`` in static mode (``paddle/nn/functional/loss.py``)."""
+"""Losses of ``paddle.nn.functional`` in static mode (``paddle/nn/functional/loss.py``).
+
+cross_entropy (``softmax_with_cross_entropy``), binary_cross_entropy_with_logits
+(``sigmoid_cross_entropy_with_logits``, after Paddle's ``paddle.full([1], 1.0)`` constant that
+also builds ``pos_weight``'s ``label * (pos_weight - 1) + 1``), mse_loss (``paddle.square`` of
+``paddle.subtract``, then mean / sum) and square_error_cost (``elementwise_sub`` + ``square`` under
+one helper), as Paddle's static branches build them.
+"""
 from refimpl.core.errors import InvalidArgument
 from refimpl.static.layer_helper import LayerHelper
+from refimpl.tensor import math as _math
 from refimpl.tensor.math import _var, mean, sum as _sum
 
-__all__ = ['cross_entropy']
+__all__ = ['cross_entropy', 'binary_cross_entropy_with_logits', 'mse_loss', 'square_error_cost']
+
+_FLOATS = ('float32', 'float64')
 
 
 def cross_entropy(input, label, weight=None, ignore_index=-100, reduction="mean",
@@ -27,3 +37,67 @@ def cross_entropy(input, label, weight=None, ignore_index=-100, reduction="mean"
     if reduction == "sum":
         return _sum(loss)
     return loss
+
+
+def _float_var(x, arg, api):
+    _var(x, api)
+    if str(x.dtype) not in _FLOATS:
+        raise InvalidArgument(f"{api}: {arg} {x.name!r} must be float32 or float64, got {x.dtype}")
+    return x
+
+
+def _check_reduction(api, reduction):
+    if reduction not in ("mean", "sum", "none"):
+        raise InvalidArgument(f"{api}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _reduce(out, reduction, name):
+    if reduction == "mean":
+        return mean(out, name=name)
+    if reduction == "sum":
+        return _sum(out, name=name)
+    return out
+
+
+def binary_cross_entropy_with_logits(logit, label, weight=None, reduction="mean", pos_weight=None, name=None):
+    """Sigmoid cross entropy of logits against 0/1 labels, optionally weighted, then reduced."""
+    api = "binary_cross_entropy_with_logits"
+    _check_reduction(api, reduction)
+    _float_var(logit, "logit", api)
+    _float_var(label, "label", api)
+    from refimpl.tensor.creation import full  # paddle.full
+    helper = LayerHelper("sigmoid_cross_entropy_with_logits", name=name)
+    out = helper.create_variable_for_type_inference(logit.dtype)
+    one = full(shape=[1], fill_value=1.0, dtype=logit.dtype)
+    if pos_weight is not None:
+        _float_var(pos_weight, "pos_weight", api)
+        pos_weight = _math.add(_math.multiply(label, _math.subtract(pos_weight, one)), one)
+    helper.append_op(type="sigmoid_cross_entropy_with_logits",
+                     inputs={"X": logit, "Label": label, "pos_weight": pos_weight},
+                     outputs={"Out": out}, attrs={"ignore_index": -100, "normalize": False})
+    if weight is not None:
+        _float_var(weight, "weight", api)
+        out = _math.multiply(out, weight, name=name if reduction == "none" else None)
+    return _reduce(out, reduction, name)
+
+
+def mse_loss(input, label, reduction="mean", name=None):
+    """(input - label) ** 2, then mean / sum / none."""
+    _check_reduction("mse_loss", reduction)
+    _float_var(input, "input", "mse_loss")
+    _float_var(label, "label", "mse_loss")
+    if reduction == "none":
+        return _math.square(_math.subtract(input, label), name=name)
+    return _reduce(_math.square(_math.subtract(input, label)), reduction, name)
+
+
+def square_error_cost(input, label):
+    """(input - label) ** 2 element by element (ops ``elementwise_sub``, ``square``; helper ``square_error_cost``)."""
+    _float_var(input, "input", "square_error_cost")
+    _float_var(label, "label", "square_error_cost")
+    helper = LayerHelper("square_error_cost")
+    minus = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op(type="elementwise_sub", inputs={"X": [input], "Y": [label]}, outputs={"Out": [minus]})
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op(type="square", inputs={"X": [minus]}, outputs={"Out": [out]})
+    return out
