@@ -11,3 +11,5 @@ from . import (activation_ops, collective_ops, control_flow_ops, creation_ops, l
 from . import (conv_ops, index_ops, norm_ops, pool_ops, reduce_loss_ops, reduce_ops,  # noqa: F401  (real models)
                shape_ops)
 from . import linalg_ops, metric_ops  # noqa: F401  (real models: bmm, accuracy)
+from . import strided_slice_ops  # noqa: F401  (real models: strided_slice)
+from . import pad_ops  # noqa: F401
