@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterator, List, Optional, TYPE_CHECKING
 from refimpl.core.errors import InvalidArgument, OutOfRange
 from refimpl.core.gc_pause import paused_cyclic_gc
 
+from . import unique_name
 from .block import Block
 from .op_role import OpRole, OP_ROLE_ATTR
 
@@ -38,6 +39,9 @@ class Program:
         self._op_role_var = []
         self._name_scopes = []
         self._name_scope_counts = {}
+        # Paddle 3.3.1's ``Program._name_generator``: the counters LayerHelper names its helpers,
+        # temporaries and parameters from (``nn.Layer`` full names use unique_name's global ones)
+        self.name_generator = unique_name.UniqueNameGenerator()
 
     # ---- structure ----------------------------------------------------
     def _bump(self):
@@ -115,6 +119,7 @@ class Program:
         """A deep copy; with ``for_test`` backward/optimize ops are dropped and is_test set."""
         p = Program.from_dict(self.to_dict(), validate=False)  # our own document: nothing to check
         p.random_seed = self.random_seed
+        p.name_generator.ids = dict(self.name_generator.ids)  # a clone goes on counting, as Paddle's does
         if for_test:
             for b in p.blocks:
                 b.ops = [op for op in b.ops

@@ -1,15 +1,30 @@
 """LayerHelper: what every layer function uses to add vars, params and ops.
 
-Mirrors ``paddle.base.layer_helper.LayerHelper``: a helper named
-``{layer_type}_{n}`` (``fc_0``) creates temporaries ``fc_0.tmp_k``,
-parameters ``fc_0.w_0`` / ``fc_0.b_0`` (a startup copy with its initializer
-op, then the main copy), and appends ops to the current block of the default
-main program.
+Mirrors ``paddle.base.layer_helper.LayerHelper`` (and ``layer_helper_base.py``)
+of Paddle 3.3.1: a helper named ``{layer_type}_{n}`` (``fc_0``) creates
+temporaries ``fc_0.tmp_k``, parameters ``fc_0.w_0`` / ``fc_0.b_0`` (a startup
+copy with its initializer op, then the main copy), and appends ops to the
+current block of the default main program.
+
+Names: in static mode Paddle 3.3.1 numbers the helper's name, its temporaries
+and its parameters with the main program's own generator
+(``Program._name_generator``), not the global one of ``unique_name`` that
+``nn.Layer`` full names use. So the first ``nn.Linear`` is the layer
+``linear_0`` (global counter) and its call the helper ``linear_0`` (program
+counter): ``linear_0.tmp_0``, as 3.3.1 records it (2.6.2 took both from the
+global counter: ``linear_1.tmp_0``). ``Program.name_generator`` holds those
+counters (a clone copies them, as Paddle's does); a generated name that a var
+of the program already has (a program read from a file starts counting
+afresh) is skipped. A
+parameter name that already exists in the programs (``ParamAttr(name="shared")``
+given twice) is the same parameter again, initialised once, as in Paddle's
+``Block.create_parameter``.
 """
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence, TYPE_CHECKING
 
+from refimpl.core.errors import InvalidArgument
 from refimpl.framework import unique_name
 from refimpl.framework.program import default_main_program, default_startup_program
 from refimpl.nn.initializer import Constant, XavierUniform
@@ -45,11 +60,27 @@ class ParamAttr:
         raise TypeError(f"cannot use {type(arg).__name__} as a ParamAttr")
 
 
+def program_name_generator(program: Program) -> unique_name.UniqueNameGenerator:
+    """The program's own name counters (Paddle's ``Program._name_generator``)."""
+    return program.name_generator
+
+
 class LayerHelper:
     def __init__(self, layer_type: str, name: Optional[str] = None, **kwargs: Any) -> None:
         self.layer_type = layer_type
-        self.name = name if name is not None else unique_name.generate(layer_type)
+        self.name = name if name is not None else self._names()(layer_type)
         self.kwargs = kwargs
+
+    def _names(self) -> unique_name.UniqueNameGenerator:
+        return program_name_generator(self.main_program)
+
+    def _fresh(self, key: str) -> str:
+        """The next ``{key}_n`` not yet a variable of the program (a clone starts its counters afresh)."""
+        block, glob = self.main_program.current_block(), self.main_program.global_block()
+        name = self._names()(key)
+        while name in block.vars or name in glob.vars:
+            name = self._names()(key)
+        return name
 
     @property
     def main_program(self) -> Program:
@@ -62,7 +93,7 @@ class LayerHelper:
     def create_variable_for_type_inference(self, dtype: Any, stop_gradient: bool = False,
                                            shape: Optional[Sequence[int]] = None) -> Variable:
         return self.main_program.current_block().create_var(
-            name=unique_name.generate_with_ignorable_key(f"{self.name}.tmp"),
+            name=self._fresh(f"{self.name}.tmp"),
             dtype=dtype, shape=shape, persistable=False, stop_gradient=stop_gradient)
 
     def create_parameter(self, attr: Any, shape: Sequence[int], dtype: Any, is_bias: bool = False,
@@ -70,15 +101,30 @@ class LayerHelper:
         attr = ParamAttr._to_attr(attr)
         if attr is False:
             return None
-        name = attr.name or unique_name.generate(f"{self.name}.{'b' if is_bias else 'w'}")
+        name = attr.name or self._fresh(f"{self.name}.{'b' if is_bias else 'w'}")
         init = attr.initializer or default_initializer or (Constant(0.0) if is_bias else XavierUniform())
         shape = [int(d) for d in shape]
+        shared = self._existing_parameter(name, shape)
+        if shared is not None:
+            return shared
         self.startup_program.global_block().create_parameter(
             name, shape, dtype, trainable=attr.trainable, initializer=init)
         return self.main_program.global_block().create_parameter(
             name, shape, dtype, trainable=attr.trainable,
             optimize_attr={"learning_rate": attr.learning_rate}, regularizer=attr.regularizer,
             need_clip=attr.need_clip)
+
+    def _existing_parameter(self, name: str, shape: Sequence[int]) -> Optional[Parameter]:
+        """The parameter ``name`` when both programs have it already (a shared parameter), else None."""
+        main_vars = self.main_program.global_block().vars
+        start_vars = self.startup_program.global_block().vars
+        old = main_vars.get(name)
+        if old is None or not old.is_parameter or name not in start_vars:
+            return None
+        if list(old.shape) != list(shape):
+            raise InvalidArgument(f"{self.layer_type}: parameter {name!r} was created with shape "
+                                  f"{list(old.shape)}, now asked for with shape {list(shape)}")
+        return old
 
     def create_global_variable(self, name: Optional[str] = None, persistable: bool = False,
                                **kwargs: Any) -> Variable:

@@ -1,0 +1,66 @@
+"""Activation layers: ReLU, GELU, Tanh, Sigmoid, Softmax (``python/paddle/nn/layer/activation.py``).
+
+Parameterless layers that call the functional forms (``F.relu`` ...); their ops
+and temporaries are named after the functional helper (``relu_0.tmp_0``), not
+after the layer (``re_lu_0``), as in Paddle.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from refimpl.framework.variable import Variable
+from refimpl.nn import functional as F
+
+from .layers import Layer
+
+__all__ = ["ReLU", "GELU", "Tanh", "Sigmoid", "Softmax"]
+
+
+class _Unary(Layer):
+    """A layer that is one functional call with an optional name."""
+
+    def __init__(self, name: Optional[str] = None) -> None:
+        super().__init__()
+        self._name = name
+
+    def extra_repr(self) -> str:
+        return f"name={self._name}" if self._name else ""
+
+
+class ReLU(_Unary):
+    def forward(self, x: Variable) -> Variable:
+        return F.relu(x, self._name)
+
+
+class Tanh(_Unary):
+    def forward(self, x: Variable) -> Variable:
+        return F.tanh(x, self._name)
+
+
+class Sigmoid(_Unary):
+    def forward(self, x: Variable) -> Variable:
+        return F.sigmoid(x, self._name)
+
+
+class GELU(Layer):
+    def __init__(self, approximate: Any = False, name: Optional[str] = None) -> None:
+        super().__init__()
+        self._approximate, self._name = approximate, name
+
+    def forward(self, x: Variable) -> Variable:
+        return F.gelu(x, self._approximate, self._name)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self._approximate}" + (f", name={self._name}" if self._name else "")
+
+
+class Softmax(Layer):
+    def __init__(self, axis: int = -1, name: Optional[str] = None) -> None:
+        super().__init__()
+        self._axis, self._name = axis, name
+
+    def forward(self, x: Variable) -> Variable:
+        return F.softmax(x, self._axis, name=self._name)
+
+    def extra_repr(self) -> str:
+        return f"axis={self._axis}" + (f", name={self._name}" if self._name else "")
