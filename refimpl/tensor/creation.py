@@ -1,3 +1,202 @@
-"""Creation: full, zeros, ones, arange, eye, full_like, zeros_like, ones_like, tril, triu, assign (``paddle/tensor/creation.py``)."""
+"""Creation: full, zeros, ones, arange, full_like, zeros_like, ones_like, tril, triu, assign.
 
-__all__: list = []
+Mirrors the legacy static branch of ``python/paddle/tensor/creation.py`` as
+Paddle 2.6.2 runs it (the recorded reference: 3.3.1 binds ``tril`` and others
+straight to PIR-only C++ functions). Names follow 2.6.2's helpers:
+
+- ``fill_constant`` makes two ``LayerHelper("fill_constant")`` objects, so
+  each call takes two numbers of the counter and its output is
+  ``fill_constant_1.tmp_0``, ``fill_constant_3.tmp_0`` ...;
+- ``tril`` / ``triu`` pass their ``name=None`` to the helper, which fills it
+  in, so the output is named after the helper itself (``tril_0``).
+
+Not here: ``eye`` and ``empty`` (no ``eye`` / ``empty`` op in the registry);
+shapes given as Variables (``ShapeTensor``), which refimpl does not build.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from refimpl.core.dtypes import convert_dtype, to_vartype
+from refimpl.core.errors import InvalidArgument
+from refimpl.framework.program import device_guard
+from refimpl.framework.variable import Variable
+from refimpl.static.layer_helper import LayerHelper
+
+from .math import _var
+
+__all__ = ['arange', 'assign', 'fill_constant', 'full', 'full_like', 'ones', 'ones_like', 'tril', 'triu',
+           'zeros', 'zeros_like']
+
+_INT_DTYPES = ('int8', 'uint8', 'int16', 'int32', 'int64')
+
+
+def _dtype(dtype: Any, api: str, default: str = "float32") -> str:
+    if dtype is None:
+        return default
+    try:
+        return convert_dtype(dtype)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{api}: argument 'dtype': {exc}") from None
+
+
+def _shape(shape: Any, api: str) -> list:
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = [shape]
+    if not isinstance(shape, (list, tuple)) or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in shape):
+        raise InvalidArgument(f"{api}: argument 'shape' must be a list or tuple of ints, got {shape!r}")
+    if any(int(d) < -1 for d in shape):
+        raise InvalidArgument(f"{api}: argument 'shape' has a dim below -1: {list(shape)}")
+    return [int(d) for d in shape]
+
+
+def _number(value: Any, api: str, arg: str) -> None:
+    if isinstance(value, Variable) or not isinstance(value, (int, float, bool, np.number, np.bool_)):
+        raise InvalidArgument(f"{api}: argument '{arg}' must be a Python number, got {type(value).__name__}")
+
+
+def fill_constant(shape: Sequence[int], dtype: Any, value: Any, force_cpu: bool = False,
+                  out: Optional[Variable] = None, name: Optional[str] = None) -> Variable:
+    """A ``fill_constant`` op (stop_gradient output); ``str_value`` is ``str(int)`` for int dtypes."""
+    dtype = _dtype(dtype, "fill_constant")
+    shape = _shape(shape, "fill_constant")
+    _number(value, "fill_constant", "value")
+    if dtype in _INT_DTYPES:
+        attrs = {"force_cpu": force_cpu, "str_value": str(int(value)), "value": float(int(value))}
+    else:
+        attrs = {"force_cpu": force_cpu, "str_value": str(float(value)), "value": float(value)}
+    LayerHelper("fill_constant", name=name)  # Paddle builds the helper twice: the counter moves twice
+    helper = LayerHelper("fill_constant", name=name)
+    if out is None:
+        out = helper.create_variable_for_type_inference(dtype)
+    attrs.update(shape=shape, dtype=to_vartype(dtype))
+    helper.append_op(type="fill_constant", inputs={}, outputs={"Out": [out]}, attrs=attrs)
+    out.stop_gradient = True
+    return out
+
+
+def full(shape: Sequence[int], fill_value: Any, dtype: Any = None, name: Optional[str] = None) -> Variable:
+    _number(fill_value, "full", "fill_value")
+    return fill_constant(_shape(shape, "full"), _dtype(dtype, "full"), fill_value, name=name)
+
+
+def zeros(shape: Sequence[int], dtype: Any = None, name: Optional[str] = None) -> Variable:
+    return fill_constant(_shape(shape, "zeros"), _dtype(dtype, "zeros"), 0.0, name=name)
+
+
+def ones(shape: Sequence[int], dtype: Any = None, name: Optional[str] = None) -> Variable:
+    return fill_constant(_shape(shape, "ones"), _dtype(dtype, "ones"), 1.0, name=name)
+
+
+def arange(start: Any = 0, end: Any = None, step: Any = 1, dtype: Any = None,
+           name: Optional[str] = None) -> Variable:
+    """``range`` over three ``fill_constant([1], force_cpu=True)`` made under ``device_guard("cpu")``.
+
+    dtype None: int64 when start, end and step are all ints, else float32.
+    """
+    if end is None:
+        start, end = 0, start
+    for arg, v in (("start", start), ("end", end), ("step", step)):
+        _number(v, "arange", arg)
+    if step == 0:
+        raise InvalidArgument("arange: argument 'step' must not be 0")
+    if dtype is None:
+        ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (start, end, step))
+        dtype = "int64" if ints else "float32"
+    dtype = _dtype(dtype, "arange")
+    n = int(np.ceil((end - start) / step))
+    with device_guard("cpu"):
+        bounds = [fill_constant([1], dtype, v, force_cpu=True) for v in (start, end, step)]
+    helper = LayerHelper("range", name=name)
+    out = helper.create_variable_for_type_inference(dtype)
+    helper.append_op(type="range", inputs={"Start": bounds[0], "End": bounds[1], "Step": bounds[2]},
+                     outputs={"Out": out})
+    out.shape = (max(n, 0),)  # known from the numbers, as Paddle's Python sets it (the op's InferShape cannot)
+    out.stop_gradient = True
+    return out
+
+
+def full_like(x: Variable, fill_value: Any, dtype: Any = None, name: Optional[str] = None) -> Variable:
+    """``fill_any_like`` (helper ``full_like``), a stop_gradient output of x's shape."""
+    _var(x, "full_like")
+    _number(fill_value, "full_like", "fill_value")
+    dtype = _dtype(dtype, "full_like", default=x.dtype)
+    helper = LayerHelper("full_like", name=name)
+    out = helper.create_variable_for_type_inference(dtype)
+    helper.append_op(type="fill_any_like", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"value": float(fill_value), "dtype": to_vartype(dtype)})
+    out.stop_gradient = True
+    return out
+
+
+def zeros_like(x: Variable, dtype: Any = None, name: Optional[str] = None) -> Variable:
+    return full_like(x, 0.0, dtype, name)
+
+
+def ones_like(x: Variable, dtype: Any = None, name: Optional[str] = None) -> Variable:
+    return full_like(x, 1.0, dtype, name)
+
+
+def _tril_triu(api: str, x: Variable, diagonal: int, name: Optional[str]) -> Variable:
+    _var(x, api)
+    if not isinstance(diagonal, int) or isinstance(diagonal, bool):
+        raise InvalidArgument(f"{api}: argument 'diagonal' must be an int, got {diagonal!r}")
+    if x.shape is not None and len(x.shape) < 2:
+        raise InvalidArgument(f"{api}: input {x.name!r} must have at least 2 dims, got shape {list(x.shape)}")
+    helper = LayerHelper(api, name=name)
+    # Paddle's helper fills in name=None, and the output then takes that name
+    out = helper.main_program.current_block().create_var(name=helper.name, dtype=x.dtype, persistable=False)
+    helper.append_op(type="tril_triu", inputs={"X": x}, outputs={"Out": out},
+                     attrs={"diagonal": diagonal, "lower": api == "tril"})
+    return out
+
+
+def tril(x: Variable, diagonal: int = 0, name: Optional[str] = None) -> Variable:
+    return _tril_triu("tril", x, diagonal, name)
+
+
+def triu(x: Variable, diagonal: int = 0, name: Optional[str] = None) -> Variable:
+    return _tril_triu("triu", x, diagonal, name)
+
+
+_ASSIGN_VALUE_DTYPES = ("bool", "int32", "int64", "float32", "float64")
+
+
+def assign(x: Any, output: Optional[Variable] = None) -> Variable:
+    """``assign`` of a Variable; ``assign_value`` of a NumPy array, list or number.
+
+    ``assign_value`` follows Paddle 3.3.1 (the op as registered here): the
+    array keeps its dtype and the numbers go in one ``values`` attr, where
+    2.6.2 turned float64 into float32 and spread them over ``fp32_values``,
+    ``int64_values`` ...
+    """
+    helper = LayerHelper("assign")
+    if isinstance(x, Variable):
+        if output is None:
+            output = helper.create_variable_for_type_inference(x.dtype)
+        helper.append_op(type="assign", inputs={"X": [x]}, outputs={"Out": [output]})
+        return output
+    return _assign_value(helper, x, output)
+
+
+def _assign_value(helper: LayerHelper, x: Any, output: Optional[Variable]) -> Variable:
+    if isinstance(x, (bool, int, float, np.number, np.bool_)):
+        x = [x]
+    if not isinstance(x, (list, tuple, np.ndarray)):
+        raise InvalidArgument(f"assign: argument 'x' must be a Variable, a NumPy array, a list or a number, "
+                              f"got {type(x).__name__}")
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"assign: argument 'x' cannot become an array: {exc}") from None
+    dtype = arr.dtype.name
+    if dtype not in _ASSIGN_VALUE_DTYPES:
+        raise InvalidArgument(f"assign: argument 'x' has dtype {dtype!r}; expected one of {list(_ASSIGN_VALUE_DTYPES)}")
+    if output is None:
+        output = helper.create_variable_for_type_inference(dtype)
+    helper.append_op(type="assign_value", outputs={"Out": [output]},
+                     attrs={"dtype": to_vartype(dtype), "shape": list(arr.shape), "values": arr.ravel().tolist()})
+    return output

@@ -1,11 +1,30 @@
-"""``paddle.mean``, ``square``, ``matmul``, ``add`` ... in static mode."""
+"""Math: mean, sum, square, matmul, add, tanh, abs, clip, cumsum, max, min, prod ... in static mode.
+
+Mirrors the legacy static branch of ``python/paddle/tensor/math.py`` as
+Paddle 2.6.2 runs it (3.3.1 binds ``matmul``, ``tanh``, ``abs``, ``multiply``
+... straight to PIR-only C++ functions). Each function makes a LayerHelper
+named as Paddle's (``tanh_0``, ``max_0``, ``reduce_prod_0``,
+``matmul_v2_0``, ``scale_0``) whose temporaries name the outputs;
+``add`` / ``subtract`` / ``multiply`` / ``divide`` / ``maximum`` / ``minimum``
+go through 2.6.2's ``_elementwise_op``, which names the output after the
+helper itself (``elementwise_add_0``; 3.3.1 would say
+``elementwise_add_0.tmp_0``). :func:`binary`, :func:`constant_like` and
+:func:`_tmp_like` are what the Python operators of ``patch.py`` use
+(``tmp_k`` names, as ``math_op_patch``).
+"""
+import builtins
+
+import numpy as np
+
+from refimpl.core.dtypes import to_vartype
 from refimpl.core.errors import InvalidArgument
 from refimpl.framework import unique_name
 from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
 
-__all__ = ['add', 'add_n', 'divide', 'exp', 'log', 'pow', 'reciprocal', 'sqrt', 'increment', 'matmul', 'mean',
-           'multiply', 'scale', 'square', 'subtract', 'sum']
+__all__ = ['abs', 'add', 'add_n', 'clip', 'cumsum', 'divide', 'exp', 'increment', 'log', 'matmul', 'max', 'maximum',
+           'mean', 'min', 'minimum', 'multiply', 'pow', 'prod', 'reciprocal', 'scale', 'sigmoid', 'sign', 'sqrt',
+           'square', 'subtract', 'sum', 'tanh']
 
 
 def _var(x, api):
@@ -68,32 +87,60 @@ def binary(op_type, x, y, attrs=None):
 
 
 def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, act=None, name=None):
+    """``scale`` (helper ``scale``: ``scale_0.tmp_0``), then ``act`` if given."""
     _var(x, "scale")
-    out = _tmp_like(x)
-    x.block.program.current_block().append_op(
-        type="scale", inputs={"X": [x]}, outputs={"Out": [out]},
-        attrs={"scale": float(scale), "bias": float(bias), "bias_after_scale": bias_after_scale})
-    return out
+    if isinstance(scale, Variable) or isinstance(bias, Variable):
+        raise InvalidArgument("scale: a Variable 'scale' or 'bias' (ScaleTensor) is not supported here")
+    helper = LayerHelper("scale", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(type="scale", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"scale": float(scale), "bias": float(bias), "bias_after_scale": bias_after_scale})
+    return helper.append_activation(out, act)
 
 
 def matmul(x, y, transpose_x=False, transpose_y=False, name=None):
-    return binary("matmul_v2", x, y, {"trans_x": transpose_x, "trans_y": transpose_y})
+    """``matmul_v2`` (helper ``matmul_v2``: ``matmul_v2_0.tmp_0``; ``x @ y`` names its output ``tmp_k``)."""
+    _var(x, "matmul")
+    _var(y, "matmul")
+    helper = LayerHelper("matmul_v2", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(type="matmul_v2", inputs={"X": x, "Y": y}, outputs={"Out": out},
+                     attrs={"trans_x": transpose_x, "trans_y": transpose_y})
+    return out
+
+
+def _elementwise(op_type, x, y, name=None):
+    """2.6.2's ``_elementwise_op``: the helper fills in ``name``, and the output takes it."""
+    _var(x, op_type)
+    _var(y, op_type)
+    helper = LayerHelper(op_type, name=name)
+    out = helper.main_program.current_block().create_var(name=helper.name, dtype=x.dtype, persistable=False)
+    helper.append_op(type=op_type, inputs={"X": x, "Y": y}, outputs={"Out": out}, attrs={"axis": -1})
+    return out
 
 
 def add(x, y, name=None):
-    return binary("elementwise_add", x, y)
+    return _elementwise("elementwise_add", x, y, name)
 
 
 def subtract(x, y, name=None):
-    return binary("elementwise_sub", x, y)
+    return _elementwise("elementwise_sub", x, y, name)
 
 
 def multiply(x, y, name=None):
-    return binary("elementwise_mul", x, y)
+    return _elementwise("elementwise_mul", x, y, name)
 
 
 def divide(x, y, name=None):
-    return binary("elementwise_div", x, y)
+    return _elementwise("elementwise_div", x, y, name)
+
+
+def maximum(x, y, name=None):
+    return _elementwise("elementwise_max", x, y, name)
+
+
+def minimum(x, y, name=None):
+    return _elementwise("elementwise_min", x, y, name)
 
 
 def increment(x, value=1.0, name=None):
@@ -140,9 +187,96 @@ def sqrt(x, name=None):
     return _unary("sqrt", x, name)
 
 
+def tanh(x, name=None):
+    return _unary("tanh", x, name)
+
+
+def sigmoid(x, name=None):
+    return _unary("sigmoid", x, name)
+
+
+def abs(x, name=None):
+    return _unary("abs", x, name)
+
+
+def sign(x, name=None):
+    return _unary("sign", x, name)
+
+
+def _clip_bounds(dtype):
+    """clip's defaults for a missing min / max, as Paddle picks them per dtype."""
+    if dtype == "int32":
+        return float(np.iinfo(np.int32).min), float(np.iinfo(np.int32).max - 2 ** 7)
+    if dtype == "int64":
+        return float(np.iinfo(np.int64).min), float(np.iinfo(np.int64).max - 2 ** 39)
+    finfo = np.finfo(np.float16 if dtype == "float16" else np.float32)
+    return float(finfo.min), float(finfo.max)
+
+
+def clip(x, min=None, max=None, name=None):
+    """``clip`` with number bounds (a missing one is the dtype's extreme); Variable bounds are not built here."""
+    _var(x, "clip")
+    for arg, v in (("min", min), ("max", max)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise InvalidArgument(f"clip: argument '{arg}' must be a number or None, got {v!r}")
+    lo, hi = _clip_bounds(x.dtype)
+    lo, hi = lo if min is None else float(min), hi if max is None else float(max)
+    if min is not None and max is not None and lo > hi:
+        raise InvalidArgument(f"clip: min {min} is greater than max {max}")
+    helper = LayerHelper("clip", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(type="clip", inputs={"X": x}, outputs={"Out": [out]}, attrs={"min": lo, "max": hi})
+    return out
+
+
+def cumsum(x, axis=None, dtype=None, name=None):
+    """``cumsum``; axis None flattens (``flatten=True``, ``axis=-1``); dtype casts x first."""
+    _var(x, "cumsum")
+    if axis is not None:
+        _check_reduce_axis("cumsum", [axis], x)
+    if dtype is not None and dtype != x.dtype:
+        from .manipulation import cast
+        x = cast(x, dtype)
+    attrs = {"axis": -1 if axis is None else axis, "flatten": axis is None}
+    return _unary("cumsum", x, name, **attrs)
+
+
+def _check_reduce_axis(api, axis, x):
+    rank = len(x.shape) if x.shape is not None else 0
+    for a in axis:
+        if not isinstance(a, int) or isinstance(a, bool):
+            raise InvalidArgument(f"{api}: argument 'axis' must be an int or a list of ints, got {a!r}")
+        if not -rank <= a < builtins.max(rank, 1):
+            raise InvalidArgument(f"{api}: argument 'axis' = {a} is out of range for a tensor of rank {rank}")
+
+
+def _minmax(op_type, helper_name, x, axis, keepdim, name):
+    _var(x, helper_name)
+    if not (axis is None or isinstance(axis, (int, list, tuple))) or isinstance(axis, bool):
+        raise InvalidArgument(f"{helper_name}: argument 'axis' must be an int, a list of ints or None, got {axis!r}")
+    dim, _ = _reduce_axis(axis, x)
+    _check_reduce_axis(helper_name, dim, x)
+    return _reduce(op_type, helper_name, x, axis, keepdim, name)
+
+
+def max(x, axis=None, keepdim=False, name=None):
+    return _minmax("reduce_max", "max", x, axis, keepdim, name)
+
+
+def min(x, axis=None, keepdim=False, name=None):
+    return _minmax("reduce_min", "min", x, axis, keepdim, name)
+
+
+def prod(x, axis=None, keepdim=False, dtype=None, name=None):
+    """``reduce_prod`` (helper ``reduce_prod``); dtype casts x first."""
+    if dtype is not None and _var(x, "prod").dtype != dtype:
+        from .manipulation import cast
+        x = cast(x, dtype)
+    return _minmax("reduce_prod", "reduce_prod", x, axis, keepdim, name)
+
+
 def constant_like(x, value, shape):
     """A ``fill_constant`` var (named ``tmp_k``) holding ``value``, as math_op_patch makes for scalars."""
-    from refimpl.core.dtypes import to_vartype
     out = _tmp_like(x)
     out.shape = tuple(shape)
     x.block.program.current_block().append_op(
