@@ -6,7 +6,7 @@ recorded learning rate before each step, as Paddle's executor does for an ``LRSc
 gives the recorded losses and final persistables within the zoo's tolerance (about 1e-5
 relative, 1e-6 absolute, unless the case records its own), and ``eager_deletion_vars`` equals
 Paddle's plan for every block, with and without the loss as a skip var. The builders of
-``zoo.py`` (``nn.Layer`` models) are not run here yet.
+``zoo.py`` (``nn.Layer`` models) run in ``tests/test_zoo_builds.py``.
 """
 import os
 
