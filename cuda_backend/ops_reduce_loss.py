@@ -129,16 +129,19 @@ register_kernel("one_hot_v2", "cuda", one_hot_v2)
 def _sce_kernel(DT):
     @cuda.jit
     def sce(x, label, pw, has_pw, ignore_index, out):
-        """Paddle's CPU formula: max(x, 0) - x * label + log(1 + exp(-|x|)) * pos_weight."""
+        """Paddle 3.3.1's CPU formulas: max(x, 0) - x * label + log(1 + exp(-|x|)); with pos_weight
+        (m = max(-x, 0)) (1 - label) * x + pos_weight * (log(exp(-m) + exp(-x - m)) + m)."""
         for i in range(cuda.grid(1), out.size, cuda.gridsize(1)):
             v, lab = x[i], label[i]
             if np.int32(lab) == ignore_index:
                 out[i] = DT(0)
                 continue
-            term3 = DT(log64(DT(1) + DT(exp64(-abs(v)))))
-            if has_pw:
-                term3 = term3 * pw[i]
-            out[i] = ((v if v > 0 else DT(0)) - v * lab) + term3
+            if not has_pw:
+                out[i] = ((v if v > 0 else DT(0)) - v * lab) + DT(log64(DT(1) + DT(exp64(-abs(v)))))
+            else:
+                mx = -v if v < 0 else DT(0)
+                soft = DT(log64(DT(exp64(-mx)) + DT(exp64(-v - mx))))
+                out[i] = (DT(1) - lab) * v + pw[i] * (soft + mx)
     return sce
 
 

@@ -72,6 +72,8 @@ def test_global_statistics_forward(attrs):
     np.testing.assert_array_equal(mean_out, mean)
     np.testing.assert_array_equal(var_out, var)
     assert mean_out is not mean  # a new array: the kernel never writes into its inputs
+    saved = () if attrs.get("is_test") else (4,)  # the shapes batch_norm's infer-shape gives them
+    assert saved_mean.shape == saved and saved_inv_std.shape == saved
 
 
 def test_trainable_statistics_in_test_mode_uses_the_batch():
@@ -147,6 +149,18 @@ def test_builds_and_infers_shapes():
     block = _build([-1, 3, 4, 4])
     assert block.vars["y"].shape == (-1, 3, 4, 4)
     assert block.vars["savedmean"].shape == (3,) and block.vars["mean"].shape == (3,)
+
+
+@pytest.mark.parametrize("attrs,saved", [
+    ({"is_test": True}, ()), ({"is_test": True, "use_global_stats": True}, ()),
+    ({"is_test": True, "trainable_statistics": True}, (3,)), ({"use_global_stats": True}, (3,))])
+def test_saved_statistics_have_no_shape_in_test_mode(attrs, saved):
+    # Paddle 3.3.1 and 2.6.2 (legacy IR) print SavedMean / SavedVariance with shape () for
+    # static.nn.batch_norm(is_test=True) and BatchNorm2D(3).eval(), (3,) for
+    # nn.BatchNorm(3, is_test=True, trainable_statistics=True) and in training
+    block = _build([2, 3, 4, 4], **attrs)
+    assert block.vars["savedmean"].shape == saved and block.vars["savedvariance"].shape == saved
+    assert block.vars["mean"].shape == (3,) and block.vars["y"].shape == (2, 3, 4, 4)
 
 
 @pytest.mark.parametrize("kwargs,words", [

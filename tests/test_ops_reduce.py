@@ -111,6 +111,34 @@ def test_log_softmax_one_hot_sigmoid_ce():
                                np.array(want) / 3, rtol=1e-12)
 
 
+def test_sigmoid_ce_pos_weight_is_paddle_331_bit_for_bit():
+    # printed by Paddle 3.3.1 (legacy IR, the op appended by hand; X@GRAD from paddle.static.gradients;
+    # repr of each float32 as a Python float where 8 digits do not pin it down)
+    x, lab = np.array([-1.5, 0.3, 2.0, -0.7], np.float32), np.array([1.0, 0.0, 1.0, 0.0], np.float32)
+    pw, ones = np.array([2.0, 3.0, 0.5, 1.5], np.float32), np.ones(4, np.float32)
+    np.testing.assert_array_equal(run("sigmoid_cross_entropy_with_logits", x, lab, pw),
+                                  np.array([3.4028268, 1.9630659, 0.06346402, 0.9547792], np.float32))
+    np.testing.assert_array_equal(run("sigmoid_cross_entropy_with_logits_grad", x, lab, pw, ones),
+                                  np.array([-1.635149, -0.27667236, -0.05960146, -0.002281665802001953], np.float32))
+    # float64, Out@GRAD d, labels -100 ignored; printed by Paddle 3.3.1 the same way
+    x = np.array([0.0, 30.0, -30.0, 90.0, -90.0, -1.4578413757679298, 1.677385975587076, -3.5199438891252854])
+    lab = np.array([-100.0, 0.15760144803070653, 1.0, 0.3564994420885479, 3.0, -100.0, 1.0, 0.12239848297579292])
+    pw = np.array([2.6236242311754943, 1.343726473682159, 1.6994445258732207, 0.6639033646479474,
+                   0.80234838300755, 0.7802117532216916, 0.301505491377259, 2.341138172463328])
+    d = np.array([-0.10031706444805384, -0.6559982779150202, 0.49828506876480194, -0.21945471235280117,
+                  -1.0199130875471998, 1.8824135849857386, 1.1661397483449962, 1.3777758925746164])
+    np.testing.assert_array_equal(run("sigmoid_cross_entropy_with_logits", x, lab, pw), [
+        0.0, 25.27195655907893, 50.983335776196775, 57.91505021203069, 252.2113544706795, 0.0,
+        0.05165171389467355, 5.21986128289189])
+    np.testing.assert_array_equal(run("sigmoid_cross_entropy_with_logits_grad", x, lab, pw, d), [
+        0.0, -0.5526119994098806, -0.8468078324366248, -0.14121922983532478, 2.858151791696133, 0.0,
+        -0.05535619112606548, -1.9236903621431842])
+    # and the formula: pw scales softplus(-x) = -log(sigmoid(x)), and normalize divides by the count
+    want = [(1 - t) * v + w * math.log(1 + math.exp(-v)) if t != -100 else 0.0 for v, t, w in zip(x, lab, pw)]
+    np.testing.assert_allclose(run("sigmoid_cross_entropy_with_logits", x, lab, pw, normalize=True),
+                               np.array(want) / 6, rtol=1e-13)
+
+
 # ---- gradients ------------------------------------------------------------------------------
 @pytest.mark.parametrize("op,ins,attrs", [
     ("squared_l2_norm", {"X": X3}, {}),
@@ -130,9 +158,10 @@ def test_log_softmax_one_hot_sigmoid_ce():
     ("log_softmax", {"X": X3}, {}),
     ("sigmoid_cross_entropy_with_logits", {"X": X3, "Label": (R.random((2, 3, 4)) > 0.5) * 1.0}, {}),
     ("sigmoid_cross_entropy_with_logits", {"X": X3, "Label": R.random((2, 3, 4))}, {"normalize": True}),
-    # with pos_weight, Paddle's grad is the forward's derivative only where x > 0
     ("sigmoid_cross_entropy_with_logits",
-     {"X": np.abs(X3) + 0.1, "Label": R.random((2, 3, 4)), "pos_weight": R.random((2, 3, 4)) + 0.5}, {}),
+     {"X": X3 * 3, "Label": R.random((2, 3, 4)), "pos_weight": R.random((2, 3, 4)) + 0.5}, {}),
+    ("sigmoid_cross_entropy_with_logits",
+     {"X": X3, "Label": R.random((2, 3, 4)), "pos_weight": R.random((2, 3, 4)) + 0.5}, {"normalize": True}),
 ])
 def test_grads(op, ins, attrs):
     grad_check(op, ins, attrs)

@@ -46,6 +46,40 @@ def test_strided_slice_paddle_numbers():
     assert _ss(x, axes=[0, 0], starts=[0, 1], ends=[2, 3], strides=[1, 1]).tolist() == x[1:3].tolist()
 
 
+# (start, end, stride) on a dim of 5 and Out for x = 10 + arange(5), printed by Paddle 3.3.1
+# (FLAGS_enable_pir_api=0, one program per combination, the op appended by hand): a sample of the grid
+# starts / ends in -7..7, +-2**31 and strides +-1, +-2, +-3, on all of which 3.3.1 is Python's slicing and
+# raises nothing. Paddle 2.6.2 differed: its end -1 with a negative stride ran to the front, and a range
+# empty the wrong way round raised InvalidArgument.
+SS_GRID_331 = [
+    (-7, -7, -1, []), (-6, -1, -3, []), (-5, -7, -1, [10]), (-3, 2147483647, 1, [12, 13, 14]),
+    (-1, -1, -1, []), (-1, -2147483648, -3, [14, 11]), (0, -1, -1, []), (1, -2147483648, 3, []),
+    (2, -4, -1, [12]), (3, 7, -1, []), (4, -1, -2, []), (7, -7, -3, [14, 11]), (7, 3, -1, [14]),
+    (2147483647, -1, -1, []), (2147483647, -2147483648, -2, [14, 12, 10]),
+    (2147483647, -2147483648, -1, [14, 13, 12, 11, 10]), (-2147483648, 2147483647, -1, []),
+    (-2147483648, 2147483647, 2, [10, 12, 14]), (-3, 6, -2, []), (4, 2147483647, -2, []),
+    (3, 2147483647, 2, [13]), (-5, 3, 1, [10, 11, 12]), (0, 0, -2, []), (5, -5, -3, [14, 11]), (2, 1, 2, []),
+    (5, 2, 1, []), (4, 4, -2, []), (-6, -2, -1, []), (5, -5, 2, []), (-7, -3, -1, []),
+    (-2147483648, 6, 3, [10, 13]), (2, 0, -3, [12]),
+]
+
+
+@pytest.mark.parametrize("start,end,stride,want", SS_GRID_331)
+def test_strided_slice_bounds_grid_paddle_331(start, end, stride, want):
+    x = np.arange(5, dtype=np.float32) + 10
+    attrs = dict(axes=[0], starts=[start], ends=[end], strides=[stride])
+    assert _ss(x, **attrs).tolist() == want
+    dx = run("strided_slice_grad", x, np.ones(len(want), np.float32), *NO_T, **attrs)
+    assert dx.tolist() == [float(v in want) for v in x]  # Paddle's X@GRAD of sum(Out): 1 where read
+    main = paddle.static.Program()
+    with paddle.static.program_guard(main, paddle.static.Program()):
+        xv = paddle.static.data("x", [5], "float32")
+        out = main.global_block().create_var(name="o", dtype="float32")
+        main.global_block().append_op(type="strided_slice", inputs={"Input": [xv]}, outputs={"Out": [out]},
+                                      attrs=dict(attrs, infer_flags=[1]))
+    assert out.shape == (len(want),)
+
+
 def test_strided_slice_decrease_axis_and_tensors():
     x = R.standard_normal((3, 4, 5))
     got = _ss(x, axes=[1], starts=[2], ends=[3], strides=[1], decrease_axis=[1])

@@ -28,10 +28,15 @@ elements of each (n, c) and then add those N partial sums in order of n, as Padd
 per-column ``sum()`` replaced by NumPy's). Replaying Paddle's recorded lenet and resnet-block
 programs (``oracle/zoo``) this way gives Paddle's losses and parameters within 1e-5.
 
+In test mode (``is_test`` and not ``trainable_statistics``) SavedMean / SavedVariance have shape
+``[]`` (Paddle 3.3.1 and 2.6.2 infer no dims for them then).
+
 Differences from Paddle: the kernels never write into their inputs: MeanOut / VarianceOut are new
-arrays (so a failed run puts the old running statistics back, as for any out-of-place output). With
-global statistics, SavedMean / SavedVariance hold the mean and inverse std used (Paddle leaves
-them unwritten); ReserveSpace is an empty array (Paddle's CPU kernel does not allocate it). The
+arrays (so a failed run puts the old running statistics back, as for any out-of-place output). In
+test mode SavedMean / SavedVariance are 0-D zeros, and with ``use_global_stats`` in training they
+hold the mean and inverse std used (Paddle leaves them unwritten in both cases: a fetch gives no
+value or whatever the memory held); ReserveSpace is an empty array (Paddle's CPU kernel does not
+allocate it). The
 grad computes d_scale / d_bias each when asked (Paddle's CPU kernel only when both are).
 Paddle's extra attrs ``use_mkldnn`` and ``fuse_with_relu`` are not proto attrs in 3.3.1 and are
 not declared.
@@ -82,9 +87,10 @@ def _bn_infer(ins, attrs):
             if p_dt is not None and saved_dt is not None and p_dt != saved_dt:
                 raise InvalidArgument(f"batch_norm: input {slot} has dtype {p_dt}, X of dtype {dt} needs {saved_dt}")
     mean_shape = (c,) if c >= 0 else tuple(first(ins, "Mean")[0])
+    saved_shape = () if _test_mode(attrs["is_test"], attrs["trainable_statistics"]) else mean_shape
     return {"Y": (tuple(shape), dt), "MeanOut": (mean_shape, first(ins, "Mean")[1]),
-            "VarianceOut": (mean_shape, first(ins, "Variance")[1]), "SavedMean": (mean_shape, saved_dt),
-            "SavedVariance": (mean_shape, saved_dt), "ReserveSpace": ((-1,), None)}
+            "VarianceOut": (mean_shape, first(ins, "Variance")[1]), "SavedMean": (saved_shape, saved_dt),
+            "SavedVariance": (saved_shape, saved_dt), "ReserveSpace": ((-1,), None)}
 
 
 def _check_run(op: str, x, params, data_layout: str) -> None:
@@ -113,8 +119,13 @@ def channel_sums(v: np.ndarray) -> np.ndarray:
 
 
 # ---- batch_norm ------------------------------------------------------------------------------------
+def _test_mode(is_test, trainable_statistics):
+    """Paddle's test mode: SavedMean / SavedVariance get no shape (``[]``) and no value."""
+    return is_test and not trainable_statistics
+
+
 def _global_stats(is_test, use_global_stats, trainable_statistics):
-    return (is_test and not trainable_statistics) or use_global_stats
+    return _test_mode(is_test, trainable_statistics) or use_global_stats
 
 
 def _momentum(MomentumTensor, momentum):
@@ -166,6 +177,8 @@ def batch_norm(X: np.ndarray, Scale: np.ndarray, Bias: np.ndarray, Mean: np.ndar
     new_scale = inv_std * Scale
     new_bias = Bias - mean * inv_std * Scale
     y = xv * new_scale.reshape(cshape) + new_bias.reshape(cshape)
+    if _test_mode(is_test, trainable_statistics):  # 0-D, as inferred (Paddle leaves them unwritten)
+        mean, inv_std = np.zeros((), mean.dtype), np.zeros((), inv_std.dtype)
     return y.reshape(X.shape), mean_out, var_out, mean, inv_std, reserve
 
 

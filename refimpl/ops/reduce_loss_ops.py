@@ -6,7 +6,10 @@ Mirrors Paddle 3.3.1's ops of the same names (slots from ``paddle/phi/ops/yaml/o
 ``paddle/phi/kernels/cpu/log_softmax_kernel.cc`` / ``log_softmax_grad_kernel.cc``,
 ``one_hot_kernel.cc``, ``sigmoid_cross_entropy_with_logits_kernel.cc`` / ``_grad_kernel.cc``,
 formula for formula in the input's type. Differences: the row sums are NumPy's (pairwise along a
-contiguous axis, in order otherwise) where Paddle's Eigen sums block their own way.
+contiguous axis, in order otherwise) where Paddle's Eigen sums block their own way; exp / log are
+NumPy's in the input's type (a float32 result may be an ulp off Paddle's glibc expf / logf), except
+on sigmoid_cross_entropy_with_logits' pos_weight path, which rounds them from float64 and so gives
+Paddle 3.3.1's float32 bits.
 """
 import numpy as np
 
@@ -86,22 +89,35 @@ def _sce_norm(Label, ignore_index):
     return t(np.count_nonzero(np.abs(Label - t(ignore_index)) > t(1e-6)))
 
 
+def _exp(a: np.ndarray) -> np.ndarray:
+    """exp in float64 rounded once to a's type: for float32 this is the correctly rounded expf of
+    glibc that Paddle's CPU kernel calls (NumPy's own float32 exp may be an ulp off)."""
+    return np.exp(a.astype(np.float64)).astype(a.dtype)
+
+
+def _log(a: np.ndarray) -> np.ndarray:
+    """log in float64 rounded once to a's type (see ``_exp``)."""
+    return np.log(a.astype(np.float64)).astype(a.dtype)
+
+
 @register_op("sigmoid_cross_entropy_with_logits_grad", ["X", "Label", "pos_weight?", "Out@GRAD"], ["X@GRAD"],
              SCE_ATTRS, infer_shape=grads_like(**{"X@GRAD": "X"}), inplace={"X@GRAD": "Out@GRAD"})
 def sigmoid_cross_entropy_with_logits_grad(X, Label, pos_weight, dOut, *, normalize, ignore_index):
-    """Paddle's CPU grad, formula for formula (with pos_weight it is not the derivative of the
-    forward where x < 0 and pos_weight != 1; Paddle's kernel computes it so)."""
+    """Paddle's CPU grad, formula for formula: the forward's derivative. With pos_weight (m = max(-x, 0)):
+    pw * ((exp(-m) * -dm + exp(-x - m) * (-1 - dm)) / (exp(-m) + exp(-x - m)) + dm) + (1 - label),
+    dm = -1 where x < 0, else 0."""
     t = X.dtype.type
-    if pos_weight is None:
-        e = np.exp(-np.abs(X))
-        up = -e * np.where(X >= 0, t(1), t(-1))
-        diff = (np.where(X > 0, t(1), t(0)) - Label) + up / (t(1) + e)
-    else:
-        mx = np.where(X < 0, -X, t(0))
-        term1 = np.where(X < 0, t(-1), t(0))
-        d1, d2 = np.exp(-mx), np.exp(-X - mx)
-        term2 = d1 * -term1 + d2 * (t(-1) - term1)
-        diff = pos_weight * (term2 / (d1 + d2) + term1) + (t(1) - Label)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if pos_weight is None:
+            e = np.exp(-np.abs(X))
+            up = -e * np.where(X >= 0, t(1), t(-1))
+            diff = (np.where(X > 0, t(1), t(0)) - Label) + up / (t(1) + e)
+        else:
+            mx = np.where(X < 0, -X, t(0))
+            term1 = np.where(X < 0, t(-1), t(0))
+            d1, d2 = _exp(-mx), _exp(-X - mx)
+            term2 = d1 * -term1 + d2 * (t(-1) - term1)
+            diff = pos_weight * (term2 / (d1 + d2) + term1) + (t(1) - Label)
     dx = np.where(Label.astype(np.int32) == ignore_index, t(0), dOut * diff)
     return dx / _sce_norm(Label, ignore_index) if normalize else dx
 
@@ -118,15 +134,20 @@ def _sce_infer(ins, attrs):
              grad=simple_grad("sigmoid_cross_entropy_with_logits_grad", ["X", "Label", "pos_weight", "Out@GRAD"],
                               ["X@GRAD"]))
 def sigmoid_cross_entropy_with_logits(X, Label, pos_weight, *, normalize, ignore_index):
-    """max(x, 0) - x * label + log(1 + exp(-abs(x))) * pos_weight; 0 where int(label) == ignore_index;
-    divided by the count of non-ignored labels when ``normalize``."""
+    """max(x, 0) - x * label + log(1 + exp(-abs(x))); with pos_weight (m = max(-x, 0))
+    (1 - label) * x + pos_weight * (log(exp(-m) + exp(-x - m)) + m), i.e. pos_weight scales the whole
+    softplus(-x). 0 where int(label) == ignore_index; divided by the count of non-ignored labels when
+    ``normalize``. Paddle 3.3.1's CPU kernel; 2.6.2's scaled only log(1 + exp(-abs(x))) by pos_weight
+    (a forward whose derivative its grad was not)."""
     if X.shape != Label.shape:
         raise InvalidArgument(f"sigmoid_cross_entropy_with_logits: X {list(X.shape)} and Label "
                               f"{list(Label.shape)} differ in shape")
     t = X.dtype.type
-    term3 = np.log(t(1) + np.exp(-np.abs(X)))
-    if pos_weight is not None:
-        term3 = term3 * pos_weight
-    out = (np.where(X > 0, X, t(0)) - X * Label) + term3
+    with np.errstate(over="ignore"):
+        if pos_weight is None:
+            out = (np.where(X > 0, X, t(0)) - X * Label) + np.log(t(1) + np.exp(-np.abs(X)))
+        else:
+            mx = np.where(X < 0, -X, t(0))
+            out = (t(1) - Label) * X + pos_weight * (_log(_exp(-mx) + _exp(-X - mx)) + mx)
     out = np.where(Label.astype(np.int32) == ignore_index, t(0), out)
     return out / _sce_norm(Label, ignore_index) if normalize else out

@@ -10,8 +10,12 @@ Mirrors Paddle's ``strided_slice`` (``paddle/fluid/operators/strided_slice_op.cc
   infer-meta raises.
 * each (start, end, stride) is read as Python's ``slice(start, end, stride)`` on its dim: a
   negative start / end counts from the end, then both are clamped into the dim (``[0, dim]``
-  going forwards, ``[-1, dim - 1]`` going backwards); an empty range gives a 0-size dim, as in
-  Paddle. Later entries of a repeated axis replace earlier ones.
+  going forwards, ``[-1, dim - 1]`` going backwards); an empty range gives a 0-size dim, never an
+  error. That is Paddle 3.3.1 on every combination of starts / ends in -7..7 and +-2**31 with
+  strides +-1..3 on a dim of 5 (Out, X@GRAD and the static shape). Paddle 2.6.2's kernel differed:
+  an end of -1 with a negative stride ran to the front (its ``x[::-1]`` wrote ends=[-1], where
+  3.3.1's writes -2**31) and a range empty the wrong way round raised InvalidArgument. Later entries
+  of a repeated axis replace earlier ones.
 * ``decrease_axis`` dims (each 1 after slicing) are dropped from Out.
 * StartsTensor / EndsTensor / StridesTensor (1-D int tensors) or their ``*TensorList`` forms
   (one 1-element tensor per entry) override the attrs at run time; the static shape of a dim
@@ -105,10 +109,15 @@ def ss_values(shape: Dims, axes, starts, ends, strides, tensors: Sequence[Any]) 
 
 
 def ss_index(ndim: int, bounds: Sequence[Bound]) -> Tuple[slice, ...]:
-    """NumPy's index for the bounds (a stop of -1, past index 0 going backwards, is ``None`` there)."""
+    """NumPy's index for the bounds: a stop of -1 (past index 0 going backwards) is ``None`` there,
+    and an empty range is ``0:0`` (``slice.indices`` may give it a start of -1, which NumPy would
+    read as the last index)."""
     idx = [slice(None)] * ndim
     for a, sl in bounds:
-        idx[a] = slice(sl.start, None if sl.stop < 0 else sl.stop, sl.step)
+        if len(range(sl.start, sl.stop, sl.step)) == 0:
+            idx[a] = slice(0, 0)
+        else:
+            idx[a] = slice(sl.start, None if sl.stop < 0 else sl.stop, sl.step)
     return tuple(idx)
 
 

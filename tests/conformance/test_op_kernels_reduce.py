@@ -90,10 +90,15 @@ CASES = [
     ("sigmoid_cross_entropy_with_logits",
      [X3, np.where(binary(2, 3, 4) > 0, -100.0, 1.0).astype(np.float32), V.pos(2, 3, 4)], {"normalize": True}),
     ("sigmoid_cross_entropy_with_logits", [f64(6), V.prob(6, dt=np.float64), None], {"ignore_index": 0}),
+    # pos_weight scales softplus(-x) = log(exp(-m) + exp(-x - m)) + m (Paddle 3.3.1), both signs of x
+    ("sigmoid_cross_entropy_with_logits", [X3 * 3, V.prob(2, 3, 4), V.pos(2, 3, 4)], {}),
+    ("sigmoid_cross_entropy_with_logits",
+     [f64(2, 5) * 3, V.prob(2, 5, dt=np.float64), V.pos(2, 5, dt=np.float64)], {"normalize": True}),
     ("sigmoid_cross_entropy_with_logits_grad", [X3 * 3, binary(2, 3, 4), None, G3], {}),
     ("sigmoid_cross_entropy_with_logits_grad", [X3, V.prob(2, 3, 4), None, G3], {"normalize": True}),
     ("sigmoid_cross_entropy_with_logits_grad",
      [X3, np.where(binary(2, 3, 4) > 0, -100.0, 1.0).astype(np.float32), V.pos(2, 3, 4), G3], {}),
+    ("sigmoid_cross_entropy_with_logits_grad", [X3 * 3, V.prob(2, 3, 4), V.pos(2, 3, 4), G3], {"normalize": True}),
 ]
 
 

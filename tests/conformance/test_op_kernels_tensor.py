@@ -27,6 +27,10 @@ CASES = [
                                     "decrease_axis": [0]}),
     ("strided_slice", [X3, *NO_T], {"axes": [2, 2], "starts": [0, -1], "ends": [4, -100], "strides": [1, -1]}),
     ("strided_slice", [X3, *NO_T], {"axes": [1], "starts": [3], "ends": [1], "strides": [1]}),  # empty
+    # empty going backwards (Python's slice.indices gives start -1), and Paddle 3.3.1's +-2**31 bounds
+    ("strided_slice", [X3, *NO_T], {"axes": [1], "starts": [-7], "ends": [-7], "strides": [-1]}),
+    ("strided_slice", [X3, *NO_T], {"axes": [1, 2], "starts": [2147483647, -1], "ends": [-2147483648, -1],
+                                    "strides": [-2, -1]}),
     ("strided_slice", [i64(6), ints(5), [], None, [ints(0)], ints(-2), []], {"axes": [0], "starts": [0],
                                                                              "ends": [9], "strides": [1]}),
     ("strided_slice_grad", [X3, f32(3, 3, 2), *NO_T], SS),
@@ -34,6 +38,8 @@ CASES = [
                                                    "decrease_axis": [0]}),
     ("strided_slice_grad", [X3, f32(3, 5, 4), *NO_T], {"axes": [2], "starts": [-1], "ends": [-100],
                                                       "strides": [-1]}),
+    ("strided_slice_grad", [X3, f32(3, 0, 4), *NO_T], {"axes": [1], "starts": [-6], "ends": [-1],
+                                                      "strides": [-3]}),
     ("shape", [X3], {}),
     ("shape", [np.zeros((0, 2), np.float64)], {}),
     ("shape", [np.array(1.0, np.float32)], {}),
