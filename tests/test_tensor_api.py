@@ -252,8 +252,6 @@ def test_getitem_numbers(index):
     _check(lambda v: [(v["x"][index], X[index])], {"x": X}, exact=True)
 
 
-@pytest.mark.xfail(reason="strided_slice (refimpl/ops/strided_slice_ops.py) reads Paddle's end -1 of a "
-                          "negative step as Python's last index", strict=False)
 @pytest.mark.parametrize("index", [slice(None, None, -1), (slice(None), slice(None, None, -2)),
                                    (0, slice(3, None, -2))])
 def test_getitem_reversed_to_the_front(index):

@@ -201,7 +201,7 @@ def _parse_index(x: Variable, index: Any):
             if step == 0:
                 raise InvalidArgument(f"Variable.__getitem__ of {x.name!r}: slice step must not be 0")
             start = it.start if it.start is not None else (0 if step > 0 else MAX_INTEGER)
-            end = it.stop if it.stop is not None else (MAX_INTEGER if step > 0 else -1)
+            end = it.stop if it.stop is not None else (MAX_INTEGER if step > 0 else -MAX_INTEGER - 1)  # 3.3.1's; 2.6.2 wrote -1
         axes.append(dim)
         starts.append(start)
         ends.append(end)
