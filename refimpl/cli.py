@@ -2,7 +2,8 @@
 
 ``refimpl demo``: build an MLP with the static API, print its program,
 train it on synthetic data with a progress bar, and show the loss falling
-and what the garbage collector did.
+and what the garbage collector did; ``--model gpt`` does the same for a
+character-level GPT on the Shakespeare text shipped with the examples.
 ``refimpl run PROGRAM.json``: run a ``program/v1`` program (or an oracle
 record) with feeds from a ``.npz`` file and print the fetched values.
 ``refimpl trace [PROGRAM.json]``: run the demo model or a program with the
@@ -29,11 +30,14 @@ PADDLE_VERSION = "3.3.1"
 
 
 def _add_demo(sub):
-    demo = sub.add_parser("demo", help="train a small MLP and show the program, loss and GC stats",
-                          description="Train a small MLP and show the program, the loss and GC stats.")
+    demo = sub.add_parser("demo", help="train a small MLP (or GPT) and show the program, loss and GC stats",
+                          description="Train a small model and show its program, the loss and GC stats: "
+                                      "an MLP on synthetic data, or (--model gpt) a character-level GPT "
+                                      "on Shakespeare that ends with a sample of what it writes.")
+    demo.add_argument("--model", choices=["mlp", "gpt"], default="mlp", help="the model (default mlp)")
     demo.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
-    demo.add_argument("--batch", type=int, default=32, help="batch size (default 32)")
-    demo.add_argument("--hidden", type=int, default=64, help="hidden width (default 64)")
+    demo.add_argument("--batch", type=int, default=None, help="batch size (default 32; gpt: 8)")
+    demo.add_argument("--hidden", type=int, default=None, help="hidden width (default 64; gpt: 32)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     demo.add_argument("--gc-gb", type=float, default=0.0,
                       help="FLAGS_eager_delete_tensor_gb: <0 no GC, 0 free at once, >0 batch (default 0)")
@@ -43,8 +47,24 @@ def _add_demo(sub):
 
 
 def _cmd_demo(args):
+    return _guarded("demo", _demo, args)
+
+
+def _demo(args):
+    """The MLP demo, or the GPT one with ``--model gpt``; a size below 1 is an ``InvalidArgument``."""
+    from .core.errors import InvalidArgument
+    for flag in ("steps", "batch", "hidden"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise InvalidArgument(f"--{flag} must be >= 1, got {value}")
+    if args.model == "gpt":
+        from .demo import run_gpt_demo
+        if args.hidden is not None and args.hidden % 2:
+            raise InvalidArgument(f"--hidden must be even with --model gpt (2 attention heads), got {args.hidden}")
+        return run_gpt_demo(args.steps, args.batch or 8, args.hidden or 32, args.seed, args.gc_gb,
+                            show_program=not args.quiet_program)
     from .demo import run_demo
-    return run_demo(args.steps, args.batch, args.hidden, args.seed, args.gc_gb,
+    return run_demo(args.steps, args.batch or 32, args.hidden or 64, args.seed, args.gc_gb,
                     show_program=not args.quiet_program)
 
 

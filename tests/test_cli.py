@@ -255,3 +255,40 @@ def test_run_bad_record_entries_are_typed_and_name_the_entry(tmp_path, capsys, c
     assert len(lines) == 1 and lines[0].startswith("refimpl run: InvalidArgument: "), captured.err
     assert re.search(words, lines[0]), lines[0]
 
+
+
+# ---- refimpl demo --model ------------------------------------------------------------------------
+def test_demo_help_names_the_models(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["demo", "--help"])
+    assert e.value.code == 0
+    assert "--model {mlp,gpt}" in capsys.readouterr().out
+
+
+def test_demo_unknown_model_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["demo", "--model", "rnn"])
+    assert e.value.code == 2 and "invalid choice: 'rnn'" in capsys.readouterr().err
+
+
+def test_demo_mlp_defaults_stay_the_same(capsys):
+    assert main(["demo", "--steps", "3", "--quiet-program"]) == 0
+    assert "3 steps, batch 32, MLP 16-64-64-4" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--steps", "0"], "--steps must be >= 1, got 0"),
+    (["--model", "gpt", "--batch", "-1"], "--batch must be >= 1, got -1"),
+    (["--model", "gpt", "--hidden", "7"], "--hidden must be even with --model gpt (2 attention heads), got 7"),
+])
+def test_demo_bad_sizes_are_one_typed_line_and_exit_2(argv, words, capsys):
+    assert main(["demo", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"refimpl demo: InvalidArgument: {words}\n" and captured.out == ""
+
+
+def test_demo_gpt_small_run(capsys):
+    assert main(["demo", "--model", "gpt", "--steps", "4", "--batch", "2", "--hidden", "8", "--quiet-program"]) == 0
+    out = capsys.readouterr().out
+    assert "4 steps, batch 2 x 32 characters" in out and "GPT 2 layers dim 8 heads 2" in out
+    assert "=== the main program" not in out and "\nsample:\nFirst Citizen:\n" in out

@@ -1,0 +1,162 @@
+"""The real-data examples: ``examples/train_lenet.py`` (scikit-learn's 8x8 digits),
+``examples/train_gpt.py`` (the shipped Shakespeare) and ``refimpl demo --model gpt``.
+
+Each script runs for a few steps at tiny sizes in a subprocess; the checks are
+that the loss falls, that the printed counts agree with independent formulas
+(the data set's documented size, the parameter count of the architecture) and
+that ``--plot`` writes a PNG.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import refimpl as paddle
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+TEXT = os.path.join(EXAMPLES, "data", "tinyshakespeare.txt")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+pytest.importorskip("sklearn")
+
+
+def _run(*argv, timeout=300):
+    env = dict(os.environ, MPLBACKEND="Agg")
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return done.stdout
+
+
+def _example(name):
+    sys.path.insert(0, EXAMPLES)
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(EXAMPLES)
+
+
+# ---- LeNet on the digits -------------------------------------------------------------------------
+def test_digits_split_is_80_20_of_the_1797_images_and_seeded():
+    lenet = _example("train_lenet")
+    x_train, y_train, x_test, y_test = lenet.load_digits(seed=0)
+    # scikit-learn documents the digits set as 1797 images of 8x8 pixels with values 0..16
+    assert len(x_train) + len(x_test) == 1797 and len(x_test) == round(0.2 * 1797)
+    assert x_train.shape[1:] == (1, 8, 8) and x_train.dtype == np.float32 and y_train.dtype == np.int64
+    assert 0.0 <= x_train.min() and x_train.max() <= 1.0
+    from sklearn.datasets import load_digits
+    counts = np.bincount(load_digits().target, minlength=10)
+    assert np.array_equal(np.bincount(y_train[:, 0], minlength=10) + np.bincount(y_test[:, 0], minlength=10),
+                          counts)
+    again = lenet.load_digits(seed=0)
+    other = lenet.load_digits(seed=1)
+    assert np.array_equal(again[3], y_test) and not np.array_equal(other[3], y_test)
+
+
+def test_lenet_trains_reports_accuracy_and_plots(tmp_path):
+    png = tmp_path / "lenet.png"
+    out = _run("examples/train_lenet.py", "--epochs", "2", "--width", "4", "--hidden", "16",
+               "--plot", str(png))
+    w, hidden = 4, 16
+    # conv 3x3 weights + bias, batch norm scale, shift, running mean and variance (all Parameters in
+    # Paddle's BatchNorm2D), then the linear layers on the 2x2 map left by two 2x2 pools
+    n_params = (9 * w + w) + 4 * w + (9 * w * 2 * w + 2 * w) + 4 * 2 * w + (2 * w * 4 * hidden + hidden) + (
+        hidden * 10 + 10)
+    assert "1438 train / 359 test images, batch 64, 46 steps" in out and f"{n_params} parameters" in out
+    epochs = [(float(a), float(b)) for a, b in re.findall(r"epoch +\d+: train loss ([0-9.]+) +test accuracy "
+                                                          r"([0-9.]+)", out)]
+    assert len(epochs) == 2 and epochs[1][0] < epochs[0][0]
+    final = float(re.search(r"^test accuracy ([0-9.]+) \((\d+)/359\) after 46 steps", out, re.M).group(1))
+    assert final > 0.5, out  # ten classes: chance is 0.1
+    assert re.search(r"^step 46/46 \[={30}\] - loss: [0-9.]+ - ", out, re.M)
+    assert png.read_bytes()[:8] == PNG_MAGIC and f"wrote {png}" in out
+
+
+def test_lenet_max_steps_stops_early():
+    out = _run("examples/train_lenet.py", "--epochs", "3", "--max-steps", "5", "--width", "2", "--hidden", "8")
+    assert ", 5 steps," in out and "after 5 steps" in out
+    assert len(re.findall(r"^epoch ", out, re.M)) == 1
+
+
+# ---- the GPT on Shakespeare ---------------------------------------------------------------------
+def test_the_shipped_text_is_plain_ascii_of_about_100_kb_and_documented():
+    raw = open(TEXT, "rb").read()
+    assert 60_000 <= len(raw) <= 300_000 and raw.isascii() and raw.endswith(b"\n")
+    assert raw.startswith(b"First Citizen:\nBefore we proceed any further, hear me speak.\n")
+    readme = open(os.path.join(EXAMPLES, "data", "README.md"), encoding="utf-8").read()
+    assert "Coriolanus" in readme and "public domain" in readme and "char-rnn" in readme
+    assert f"{len(raw):,} bytes" in readme and f"{len(set(raw))} distinct characters" in readme
+
+
+def test_gpt_trains_and_prints_samples(tmp_path):
+    png = tmp_path / "gpt.png"
+    out = _run("examples/train_gpt.py", "--steps", "40", "--dim", "16", "--heads", "2", "--layers", "1",
+               "--seq", "16", "--batch-size", "8", "--samples", "2", "--sample-chars", "30", "--plot", str(png))
+    first, last = map(float, re.search(r"train loss ([0-9.]+) \(first 10\) -> ([0-9.]+) \(last 10\)", out).groups())
+    assert last < first
+    v, s, d = 61, 16, 16
+    n_params = v * d + s * d + (2 * d + 4 * (d * d + d) + 2 * d + (d * 4 * d + 4 * d) + (4 * d * d + d)) + 2 * d
+    assert f"vocabulary {v}; 1 layers, dim 16, 2 heads, context 16, {n_params} parameters" in out
+    samples = re.findall(r"--- sample \d \(temperature 0.8\) ---\n(MENENIUS:\n.*?)\n(?=--- |wrote )", out, re.S)
+    assert len(samples) == 2
+    vocab = set(open(TEXT).read())
+    for text in samples:
+        assert len(text) == len("MENENIUS:\n") + 30 and set(text) <= vocab
+    assert png.read_bytes()[:8] == PNG_MAGIC
+
+
+def _tiny_gpt(seq=6, vocab=11):
+    from refimpl.demo import build_gpt
+    paddle.seed(3)
+    main, startup, test, loss, logits = build_gpt(vocab, seq, dim=8, heads=2, layers=1)
+    exe, scope = paddle.static.Executor(), paddle.static.Scope()
+    exe.run(startup, scope=scope)
+    return exe, scope, test, logits
+
+
+def test_causal_mask_keeps_later_ids_out_of_earlier_logits():
+    """What sampling from a right-padded window relies on."""
+    exe, scope, test, logits = _tiny_gpt()
+    a = np.array([[1, 2, 3, 4, 5, 6]], dtype="int64")
+    b = np.array([[1, 2, 3, 0, 9, 7]], dtype="int64")
+    la, lb = (exe.run(test, feed={"ids": x, "labels": x}, fetch_list=[logits], scope=scope)[0] for x in (a, b))
+    assert la.shape == (1, 6, 11)
+    np.testing.assert_allclose(la[0, :3], lb[0, :3], rtol=1e-5, atol=1e-6)
+    assert np.abs(la[0, 3:] - lb[0, 3:]).max() > 1e-4
+
+
+def test_sampling_at_low_temperature_is_the_argmax():
+    from refimpl.demo import sample
+    exe, scope, test, logits = _tiny_gpt()
+    context = [4, 1, 5]
+    ids = np.array([context + [0, 0, 0]], dtype="int64")
+    (lg,) = exe.run(test, feed={"ids": ids, "labels": ids}, fetch_list=[logits], scope=scope)
+    got = sample(exe, test, logits, scope, context, 8, 6, np.random.default_rng(0), temperature=1e-4)
+    assert len(got) == 8 and all(0 <= i < 11 for i in got)
+    assert got[0] == int(np.argmax(lg[0, 2]))
+
+
+def test_demo_text_falls_back_to_the_plays_opening():
+    from refimpl.demo import read_text
+    source, text, chars, data = read_text(os.path.join(ROOT, "no", "such", "file.txt"))
+    assert open(TEXT).read().startswith(text) and len(text) > 200
+    assert "".join(chars[i] for i in data) == text and chars == sorted(set(text))
+
+
+# ---- refimpl demo --model gpt ----------------------------------------------------------------
+def test_demo_gpt_trains_summarises_and_samples():
+    out = _run("-m", "refimpl.cli", "demo", "--model", "gpt", "--steps", "30", "--batch", "4", "--hidden", "16")
+    losses = [float(v) for v in re.findall(r"step \d+: ([0-9.]+)", out)]
+    assert len(losses) >= 3 and losses[-1] < losses[0]
+    assert re.search(r"garbage collection: [1-9]\d* tensors freed per step", out) and "peak" in out
+    d, s, v = 16, 32, 61
+    block = 2 * d + 4 * (d * d + d) + 2 * d + (d * 4 * d + 4 * d) + (4 * d * d + d)
+    assert f"36 parameters, {v * d + s * d + 2 * block + 2 * d} values" in out
+    ops = re.search(r"^(\d+) ops: (\d+) forward, (\d+) backward, (\d+) optimize$", out, re.M)
+    assert ops and int(ops.group(1)) == sum(int(g) for g in ops.groups()[1:]) and ops.group(4) == "36"
+    assert re.search(r"op types: adamw x36, .*lookup_table_v2 x2", out, re.S)
+    assert re.search(r"^sample:\nFirst Citizen:\n", out, re.M)
