@@ -2,3 +2,4 @@
 from .collective import (Group, ReduceOp, all_gather, all_reduce, barrier, broadcast, get_backend,  # noqa: F401
                          get_rank, get_world_size, init_parallel_env, new_group, recv, reduce, reduce_scatter, send)
 from .communication import run_hybrid, run_in_process  # noqa: F401
+from .fleet.dataset import InMemoryDataset, QueueDataset  # noqa: F401,E402

@@ -387,6 +387,25 @@ class Executor:
             self._cache[key] = (program, program._version, scope, prepared)
         return prepared
 
+    def train_from_dataset(self, program: Any = None, dataset: Any = None, scope: Optional[Scope] = None,
+                           thread: int = 0, debug: bool = False, fetch_list: Optional[Sequence[Any]] = None,
+                           fetch_info: Optional[Sequence[str]] = None, print_period: int = 100,
+                           fetch_handler: Any = None) -> None:
+        """Run ``program`` on every batch of ``dataset`` (an InMemoryDataset / QueueDataset): see
+        ``dataset_runner.py``."""
+        from .dataset_runner import run_from_dataset  # dataset_runner imports this module
+        return run_from_dataset(self, program, dataset, scope, thread, fetch_list, fetch_info, print_period,
+                                fetch_handler, "train_from_dataset")
+
+    def infer_from_dataset(self, program: Any = None, dataset: Any = None, scope: Optional[Scope] = None,
+                           thread: int = 0, debug: bool = False, fetch_list: Optional[Sequence[Any]] = None,
+                           fetch_info: Optional[Sequence[str]] = None, print_period: int = 100,
+                           fetch_handler: Any = None) -> None:
+        """As :meth:`train_from_dataset` (Paddle's infer mode runs the same ops on one process)."""
+        from .dataset_runner import run_from_dataset
+        return run_from_dataset(self, program, dataset, scope, thread, fetch_list, fetch_info, print_period,
+                                fetch_handler, "infer_from_dataset")
+
     def memory_stats(self) -> Dict[str, int]:
         """{"live_bytes", "peak_bytes"} of the last run (bytes held by its variables)."""
         if self._last is None:
