@@ -180,6 +180,13 @@ def test_a_dead_worker_stops_run_server_naming_it():
 def test_ps_methods_only_warn_outside_ps_mode(caplog):
     def body():
         fleet.init(is_collective=True)
+        with pytest.raises(ValueError, match="runtime handler"):  # before minimize, as Paddle 3.3.1
+            fleet.init_worker()
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [None, 2])
+            loss = paddle.mean(paddle.static.nn.fc(x, 1))
+            fleet.distributed_optimizer(paddle.optimizer.SGD(0.1)).minimize(loss)
         fleet.init_worker(), fleet.stop_worker(), fleet.shrink()
         return True
 

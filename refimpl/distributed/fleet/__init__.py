@@ -3,17 +3,23 @@
 Mirrors the package of the same name in Paddle 3.3.1. The base classes live
 in ``base/`` (one module per concept, as in Paddle); this module re-exports
 them. The ``Fleet`` class and its module-level functions (``init``,
-``distributed_optimizer`` ...) are added here by their own module.
+``distributed_optimizer`` ...) are added here by their own module, and
+``util`` (``base.util_factory``), the ``UtilBase`` instance Paddle keeps here.
 """
 from .base.distributed_strategy import DistributedStrategy
 from .base.mpi_role_maker import MPIRoleMaker
 from .base.role_maker import PaddleCloudRoleMaker, Role, RoleMakerBase, UserDefinedRoleMaker
 from .base.topology import CommunicateTopology, HybridCommunicateGroup, ParallelMode
+from .base.util_factory import FleetUtil, UtilBase
 
 __all__ = ["DistributedStrategy", "Role", "RoleMakerBase", "PaddleCloudRoleMaker", "UserDefinedRoleMaker",
-           "MPIRoleMaker", "CommunicateTopology", "HybridCommunicateGroup", "ParallelMode"]
+           "MPIRoleMaker", "CommunicateTopology", "HybridCommunicateGroup", "ParallelMode", "UtilBase"]
 from .fleet import Fleet, get_log_level_code, get_log_level_name, set_log_level  # noqa: E402
 from .fleet import fleet  # noqa: E402  (the instance, as paddle.distributed.fleet.fleet)
+from . import utils  # noqa: E402,F401  (paddle.distributed.fleet.utils: LocalFS ...)
+
+#: Paddle's module-level ``UtilBase`` (``fleet.util.get_file_shard`` ...); it follows the calling rank's fleet
+util = FleetUtil(fleet)
 
 _final_strategy = fleet._final_strategy
 _get_applied_meta_list = fleet._get_applied_meta_list

@@ -35,8 +35,12 @@ Differences from Paddle:
   ``save_persistables`` / ``save_inference_model`` / ``load_model`` (the
   values gathered from the servers, one ``.npz``), ``shrink`` (dense tables
   only: nothing to drop). Thread ranks of ``ps.run_ps_in_process`` get their
-  role from the rank, not the environment. In collective or
-  non-distributed mode these methods warn and do nothing, as Paddle's.
+  role from the rank, not the environment. As in Paddle, these methods
+  raise ``ValueError`` before ``minimize`` (no runtime handler, see
+  ``base.runtime_factory``) and, in collective or non-distributed mode,
+  warn and do nothing.
+* ``paddle.distributed.fleet.util`` (``base.util_factory.FleetUtil``) follows
+  the calling rank's role maker and strategy.
 """
 from __future__ import annotations
 
@@ -55,6 +59,7 @@ from .base.compat_errors import PreconditionAssertion
 from .base.distributed_strategy import DistributedStrategy
 from .base.mpi_role_maker import MPIRoleMaker
 from .base.role_maker import PaddleCloudRoleMaker, RoleMakerBase
+from .base.runtime_factory import install as _guard_runtime_methods
 from .base import topology as tp
 from .collective_perf import CollectivePerf
 from refimpl.distributed.ps.fleet_api import ParameterServerAPI
@@ -158,6 +163,7 @@ def _check_strategy(strategy):
                                        f"but got {type(strategy)}")
 
 
+@_guard_runtime_methods
 class Fleet(CollectivePerf, ParameterServerAPI):
     """Unified API for distributed training (see the module docstring); one state per rank."""
 
@@ -338,8 +344,7 @@ class Fleet(CollectivePerf, ParameterServerAPI):
     # ---- optimizer -----------------------------------------------------------------------------
     def distributed_optimizer(self, optimizer: Optimizer,
                               strategy: Optional[DistributedStrategy] = None) -> DistributedOptimizer:
-        """Wrap ``optimizer`` for distributed training; ``strategy`` (if given) replaces init's."""
-        self._rm()
+        """Wrap ``optimizer`` for distributed training; ``strategy`` (if given) replaces init's (no init needed)."""
         self.user_defined_optimizer = optimizer
         if strategy is not None:
             _check_strategy(strategy)

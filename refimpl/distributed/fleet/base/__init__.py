@@ -6,5 +6,9 @@
 * ``distributed_strategy`` (what to do), with ``strategy_schema``,
   ``strategy_message`` and ``ps_table_configs`` behind it;
 * ``topology`` (how ranks are arranged into parallel groups);
+* ``util_factory`` (``fleet.util``'s ``UtilBase``), ``worker_comm`` (the role
+  makers' barrier / all-reduce / all-gather) and ``runtime_factory`` (the
+  runtime-handler checks of the parameter-server methods);
 * ``compat_errors`` (typed errors that are also Paddle's builtin exceptions).
 """
+from . import util_factory  # noqa: E402,F401  (fleet.base.util_factory.UtilFactory, as in Paddle)

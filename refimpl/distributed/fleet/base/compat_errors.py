@@ -27,8 +27,10 @@ InvalidArgumentType = _both(InvalidArgument, TypeError, "InvalidArgumentType")
 InvalidArgumentAttribute = _both(InvalidArgument, AttributeError, "InvalidArgumentAttribute")
 #: an accessor called by the wrong role (Paddle: AssertionError)
 PreconditionAssertion = _both(PreconditionNotMet, AssertionError, "PreconditionAssertion")
+#: a call that needs what has not happened yet, where Paddle raises ValueError (no runtime handler ...)
+PreconditionValue = _both(PreconditionNotMet, ValueError, "PreconditionValue")
 #: a rank or coordinate outside the topology (Paddle: AssertionError)
 OutOfRangeAssertion = _both(OutOfRange, AssertionError, "OutOfRangeAssertion")
 
 __all__ = ["InvalidArgumentAssertion", "InvalidArgumentType", "InvalidArgumentAttribute",
-           "PreconditionAssertion", "OutOfRangeAssertion"]
+           "PreconditionAssertion", "PreconditionValue", "OutOfRangeAssertion"]

@@ -23,9 +23,13 @@ setter behaviour:
 * ``_is_strict_auto()`` is true while ``auto`` is on and no other setter of
   any strategy has run in this process (module-wide state, as in Paddle).
 
-Differences: getters return plain dicts and lists where Paddle returns
-protobuf objects (``build_strategy`` gives a new
-``refimpl.static.BuildStrategy``); ``hybrid_configs`` never mutates the
+Getters answer as Paddle's: ``*_configs`` a dict whose nested messages are
+:class:`~.strategy_message.Message` objects with attribute access
+(``hybrid_configs["mp_configs"].sync_param``), ``fs_client_param`` the
+message, ``sparse_table_configs`` / ``fleet_desc_configs`` the list of
+``TableParameter`` messages. Differences: those messages are refimpl's, not
+protobuf's (they also read as dicts); ``build_strategy`` gives a new
+``refimpl.static.BuildStrategy``; ``hybrid_configs`` never mutates the
 caller's dict (Paddle pops ``mp_configs`` / ``pp_configs`` and
 ``sync_param_name`` from it); ``recompute_configs["refined_ops_patterns"]``
 takes a list of dicts with their values (Paddle appends empty patterns);
@@ -77,13 +81,18 @@ def _switch(name, kind=bool, field=None, warning=None, strict=True):
                     doc=f"``{field}`` of the strategy message ({kind.__name__}).")
 
 
+def _msg_dict(msg):
+    """Paddle's ``get_msg_dict``: field -> value, nested messages kept as messages, repeated fields as lists."""
+    return {name: list(msg.get(name)) if f.repeated else msg.get(name) for name, f in msg.fields.items()}
+
+
 def _configs(name, label=None, strict=True):
     """A ``*_configs`` property: a dict getter; the setter checks keys, then assigns them in order."""
     def fset(self, configs):
         msg = self.strategy.get(name)
         check_keys(msg, configs, label or name)
         assign(msg, configs)
-    return property(lambda self: self.strategy.get(name).to_dict(), _breaks_strict_auto(fset) if strict else fset,
+    return property(lambda self: _msg_dict(self.strategy.get(name)), _breaks_strict_auto(fset) if strict else fset,
                     doc=f"The ``{name}`` message as a dict; setting merges the given keys.")
 
 
@@ -202,14 +211,15 @@ class DistributedStrategy:
     lamb_configs = _configs("lamb_configs")
     a_sync_configs = _configs("a_sync_configs")
     trainer_desc_configs = _configs("trainer_desc_configs")
-    fs_client_param = _configs("fs_client_param")
+    fs_client_param = property(lambda self: self.strategy.get("fs_client_param"), _configs("fs_client_param").fset,
+                               doc="The ``FsClientParameter`` message (``.uri``, ``.user`` ...); setting merges keys.")
     gradient_scale_configs = _configs("gradient_scale_configs")
     qat_configs = _configs("qat_configs", strict=False)
 
     @property
     def hybrid_configs(self) -> Dict[str, Any]:
         """Degrees of data/model/pipeline/sharding/sep parallelism and their nested configs."""
-        return self.strategy.get("hybrid_configs").to_dict()
+        return _msg_dict(self.strategy.get("hybrid_configs"))
 
     @hybrid_configs.setter
     def hybrid_configs(self, configs: Dict[str, Any]) -> None:
@@ -248,9 +258,9 @@ class DistributedStrategy:
                 msg.set(name, int(value) if name == "reduce_strategy" else value)
 
     @property
-    def sparse_table_configs(self) -> List[Dict[str, Any]]:
-        """The parameter-server tables (``downpour_table_param``), as dicts."""
-        return [t.to_dict() for t in self.strategy.get("downpour_table_param")]
+    def sparse_table_configs(self) -> List[Message]:
+        """The parameter-server tables: the ``downpour_table_param`` list of ``TableParameter`` messages."""
+        return self.strategy.get("downpour_table_param")
 
     @sparse_table_configs.setter
     @_breaks_strict_auto
@@ -259,7 +269,7 @@ class DistributedStrategy:
             logger.info("table configs is empty")
         self.strategy.get("downpour_table_param").extend(sparse_tables(configs or {}))
 
-    fleet_desc_configs = property(sparse_table_configs.fget, doc="The parameter-server tables, as dicts.")
+    fleet_desc_configs = property(sparse_table_configs.fget, doc="The parameter-server tables (messages).")
 
     @fleet_desc_configs.setter
     def fleet_desc_configs(self, configs: Optional[Dict[str, Any]]) -> None:

@@ -21,7 +21,8 @@ Differences:
   ``ValueError`` as in Paddle; assertion failures are typed errors that are
   also ``AssertionError``) and say what is wrong where Paddle's were empty.
 * Gloo is not used: ``_barrier`` / ``_all_reduce`` / ``_all_gather`` run on
-  refimpl's communicators (in-process threads or MPI). The ``PADDLE_WITH_GLOO``
+  refimpl's communicators (in-process threads or MPI; see ``worker_comm``);
+  ``RoleMakerBase``'s own warn and answer None, as Paddle's. The ``PADDLE_WITH_GLOO``
   settings are still checked as Paddle checks them in static mode.
 * Paddle's informational prints go to the ``refimpl.distributed.fleet`` logger.
 * ``mpi_role_maker.MPIRoleMaker`` (new) is a collective role maker that,
@@ -36,12 +37,11 @@ import logging
 import os
 from typing import Any, Optional
 
-import numpy as np
-
-from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplemented
+from refimpl.core.errors import InvalidArgument
 
 from .compat_errors import InvalidArgumentAssertion, InvalidArgumentType, PreconditionAssertion
 from .ps_role_env import parse_ps_env
+from .worker_comm import WorkerComm
 
 logger = logging.getLogger("refimpl.distributed.fleet")
 DEFAULT_ENDPOINT = "127.0.0.1:6170"  # Paddle's endpoint for a job started without a launcher
@@ -123,38 +123,18 @@ class RoleMakerBase:
         return (f"role: {self._role}, current_id: {self._current_id}, worker_endpoints: "
                 f"{self._worker_endpoints}, server_endpoints: {self._server_endpoints}")
 
-    # ---- communication among the workers (Paddle: Gloo; refimpl: the rank's communicator) ----
-    def _worker_comm(self, comm_world):
-        if comm_world not in ("worker", "server", "all"):
-            raise InvalidArgument(f"argument error, comm_world must in ['worker', 'server', 'all'], got {comm_world!r}")
-        if comm_world == "server":
-            raise Unimplemented("refimpl has no parameter servers, so no 'server' communication world")
-        from refimpl.distributed.communication import context
-        ctx = context.current()
-        if ctx.world_size != self._worker_num():
-            raise PreconditionNotMet(f"the role maker has {self._worker_num()} worker(s) but this process's "
-                                     f"communication world has {ctx.world_size} rank(s); start the ranks with "
-                                     f"run_in_process or mpiexec and call fleet.init / init_parallel_env first")
-        return ctx.comm(0)
-
+    # ---- communication: Paddle's base class only warns (and answers None) ----
     def _barrier(self, comm_world="worker"):
-        """Wait for every worker (``comm_world``: ``worker`` or ``all``)."""
-        self._worker_comm(comm_world).barrier()
+        logger.warning("warning: RoleMakerBase does not have barrier worker.")
 
     def _all_reduce(self, input, mode="sum", comm_world="worker"):
-        """Reduce ``input`` (a number, list or array) over the workers; ``mode``: sum, max, min or prod."""
-        arr = np.array(input)
-        return self._worker_comm(comm_world).all_reduce(arr, mode.lower()).reshape(arr.shape)
+        logger.warning("warning: RoleMakerBase does not have all reduce worker.")
 
     def _all_gather(self, input, comm_world="worker"):
-        """Every worker's ``input``, in worker order (a list)."""
-        arr = np.asarray(input)
-        comm = self._worker_comm(comm_world)
-        whole = comm.all_gather(arr)
-        return [x.item() for x in whole] if arr.ndim == 0 else np.split(whole, comm.nranks)
+        logger.warning("warning: RoleMakerBase does not have all gather worker.")
 
 
-class PaddleCloudRoleMaker(RoleMakerBase):
+class PaddleCloudRoleMaker(WorkerComm, RoleMakerBase):
     """The role from the environment a launcher sets (``PADDLE_TRAINER_ID``, ``PADDLE_TRAINER_ENDPOINTS`` ...).
 
     ``is_collective=True``: every process is a worker; without the variables

@@ -14,10 +14,15 @@ values fail in the same way:
   round it to float32 (``0.8`` reads back as ``0.800000011920929``); double
   fields keep it; string fields take ``str`` (or UTF-8 ``bytes``);
 * repeated fields are *extended*, never replaced; a nested message cannot be
-  assigned a dict (``Assignment not allowed to message field ...``).
+  assigned a dict (``Assignment not allowed to message field ...``);
+* fields read and (scalars) write as attributes, as on a protobuf message:
+  ``strategy.hybrid_configs["mp_configs"].sync_param``,
+  ``strategy.sparse_table_configs[0].accessor.embed_sgd_param``.
 
-Differences: errors are refimpl's typed errors that are also the builtin
-Paddle raised (see ``compat_errors``), with messages naming the field; a
+``str(msg)`` is the text format, as protobuf's. Differences: a message
+also reads like the dict it once was (``msg["field"]``, ``msg == {...}``
+compares ``to_dict()``); errors are refimpl's typed errors that are also
+the builtin Paddle raised (see ``compat_errors``), with messages naming the field; a
 repeated message field filled from a list of dicts gets those dicts' values
 (Paddle's ``assign_repeated_msg`` adds empty messages instead). Like
 proto2, a field remembers whether it was set, for the text format
@@ -200,8 +205,30 @@ class Message:
             out[name] = v
         return out
 
+    # ---- protobuf's attribute access (``msg.sync_param``, ``msg.accessor.fea_dim = 11``) ----------
+    def __getattr__(self, name):  # called only for names that are not slots or methods: the fields
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.get(name)
+
+    def __setattr__(self, name, value):
+        if name in Message.__slots__:
+            object.__setattr__(self, name, value)
+        else:
+            self.set(name, value)
+
+    def __getitem__(self, name: str) -> Any:  # refimpl: dict-style reads too, as the getters once returned dicts
+        return self.get(name)
+
     def __eq__(self, other):
+        if isinstance(other, dict):  # refimpl: equal to its to_dict(), so old dict comparisons hold
+            return self.to_dict() == other
         return isinstance(other, Message) and other.type_name == self.type_name and other.to_dict() == self.to_dict()
+
+    __hash__ = None
+
+    def __str__(self):  # protobuf's str(): the text format
+        return to_text(self)
 
     def __repr__(self):
         return f"Message({self.type_name!r}, {{{', '.join(f'{k}={v!r}' for k, v in self._set_items())}}})"

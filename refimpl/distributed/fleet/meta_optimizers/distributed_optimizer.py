@@ -7,7 +7,9 @@ this rank's pipeline Plan, with ``schedule_mode`` among the six schedules),
 ``GradientMergeOptimizer`` (``gradient_merge``: update every ``k_steps``
 runs) and ``RawProgramOptimizer`` (data parallelism by allreduce insertion
 when there are several workers and no pipeline; with a pipeline the
-data-parallel allreduce happens inside each optimizer job). Their
+data-parallel allreduce happens inside each optimizer job; as in Paddle it
+is also listed for a lone collective worker, where it inserts nothing).
+``minimize`` records the runtime in ``fleet._runtime_handle``. Their
 combinations work; ``_get_applied_meta_list()`` and ``_final_strategy()``
 report what was applied. Switches refimpl does not implement (amp,
 recompute, sharding, ...) raise Unimplemented naming the switch.
@@ -27,6 +29,7 @@ from refimpl.core.errors import InvalidArgument, Unimplemented
 from refimpl.distributed import collective
 from refimpl.framework.program import default_startup_program
 
+from ..base.runtime_factory import RuntimeFactory
 from .pipeline_optimizer import apply_pipeline
 
 if TYPE_CHECKING:
@@ -100,12 +103,13 @@ class DistributedOptimizer:
             if dp > 1:
                 applied.append("RawProgramOptimizer")
         else:
+            if world > 1 or self._raw_program_applies():
+                applied.append("RawProgramOptimizer")
             if world > 1:
                 from refimpl.distributed.passes.data_parallel import apply_data_parallel
                 from refimpl.static.build_strategy import BuildStrategy
                 apply_data_parallel(main, world, rank, BuildStrategy())
                 _broadcast_params(startup, main)
-                applied.append("RawProgramOptimizer")
             if k > 1:
                 from refimpl.distributed.passes import new_pass
                 new_pass("auto_parallel_gradient_merge_pass",
@@ -116,7 +120,21 @@ class DistributedOptimizer:
             applied.append("GradientMergeOptimizer")
         self._applied = applied
         self._final = self._final_from(applied)
+        self._set_runtime()
         return optimize_ops, params_grads
+
+    def _raw_program_applies(self):
+        """Paddle's ``RawProgramOptimizer._can_apply``: collective, no tensor parallel / sharding, the default
+        ``without_graph_optimization`` (it is listed even for one worker, where it inserts nothing)."""
+        s = self.user_defined_strategy
+        collective = self.fleet is not None and self.fleet._is_collective
+        return collective and s.without_graph_optimization and not (s.tensor_parallel or s.sharding)
+
+    def _set_runtime(self):
+        """Paddle's ``fleet.minimize`` creates the runtime handle the PS methods need."""
+        if self.fleet is not None:
+            context = {"role_maker": self.fleet._role_maker, "valid_strategy": self._final}
+            self.fleet._runtime_handle = RuntimeFactory()._create_runtime(context)
 
     # ---- parameter-server mode (Paddle: ParameterServerOptimizer) ---------------------------
     def _is_ps(self):
@@ -137,6 +155,7 @@ class DistributedOptimizer:
         self.fleet._ps_job = job
         self._applied = ["ParameterServerOptimizer"]
         self._final = self._final_from(self._applied)
+        self._set_runtime()
         return optimize_ops, params_grads
 
     def _final_from(self, applied):
@@ -147,6 +166,10 @@ class DistributedOptimizer:
 
     def _get_applied_meta_list(self):
         return list(self._applied)
+
+    def _get_applied_graph_list(self):
+        """Paddle's graph optimizers (``GraphExecutionOptimizer``): refimpl applies none."""
+        return []
 
     def _final_strategy(self):
         if self._final is None:

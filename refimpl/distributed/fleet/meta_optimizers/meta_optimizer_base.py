@@ -1,0 +1,86 @@
+"""``MetaOptimizerBase``: the base of fleet's meta-optimizers, wrapping an inner optimizer.
+
+Mirrors ``paddle/distributed/fleet/meta_optimizers/meta_optimizer_base.py``
+of Paddle 3.3.1: an ``Optimizer`` whose ``backward``, ``apply_gradients``
+and ``apply_optimize`` forward to ``inner_opt``, whose ``minimize`` is
+``minimize_impl`` (backward, then apply_optimize), and which by default
+cannot apply (``_can_apply()`` is False) and leaves ``_disable_strategy`` /
+``_enable_strategy`` to subclasses. Difference: refimpl's own meta-optimizers
+(pipeline, gradient merge, raw program) are not subclasses of it; they are
+chosen by ``distributed_optimizer.DistributedOptimizer``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple, TYPE_CHECKING
+
+from refimpl.core.errors import Unimplemented
+from refimpl.optimizer import Optimizer
+
+if TYPE_CHECKING:
+    from refimpl.framework.operator import Operator
+    from refimpl.framework.program import Program
+    from refimpl.framework.variable import Parameter, Variable
+
+ParamsGrads = List[Tuple["Parameter", "Variable"]]
+
+
+class MetaOptimizerBase(Optimizer):
+    """A meta-optimizer over ``optimizer`` (see the module docstring)."""
+
+    def __init__(self, optimizer: Optimizer) -> None:  # no Optimizer.__init__: the state is the inner one's
+        self.inner_opt = optimizer
+        self._learning_rate = optimizer._learning_rate
+        self._learning_rate_map = optimizer._learning_rate_map
+        self.meta_optimizers_white_list: List[str] = []
+        self.meta_optimizers_black_list: List[str] = []
+
+    def _set_basic_info(self, loss: Variable, role_maker: Any, user_defined_optimizer: Optimizer,
+                        user_defined_strategy: Any) -> None:
+        self.loss, self.role_maker = loss, role_maker
+        self.user_defined_optimizer, self.user_defined_strategy = user_defined_optimizer, user_defined_strategy
+
+    def _update_inner_optimizer(self, optimizer: Optimizer) -> None:
+        self.inner_opt = optimizer
+
+    def _can_apply(self) -> bool:
+        return False
+
+    def _is_graph_out(self) -> bool:
+        return False
+
+    def _can_update(self, optimizer: Any) -> bool:
+        return type(optimizer).__name__ in self.meta_optimizers_white_list
+
+    def _disable_strategy(self, dist_strategy: Any) -> None:
+        raise Unimplemented(f"you should implement disable strategy in {type(self).__name__}")
+
+    def _enable_strategy(self, dist_strategy: Any, context: Optional[dict] = None) -> None:
+        raise Unimplemented(f"you should implement enable strategy in {type(self).__name__}")
+
+    def apply_gradients(self, params_grads: ParamsGrads) -> List[Operator]:
+        return self.inner_opt.apply_gradients(params_grads)
+
+    def backward(self, loss: Variable, startup_program: Optional[Program] = None,
+                 parameter_list: Optional[Sequence[Any]] = None, no_grad_set: Optional[Set[Any]] = None,
+                 callbacks: Optional[Sequence[Callable[..., Any]]] = None) -> ParamsGrads:
+        return self.inner_opt.backward(loss, startup_program, parameter_list, no_grad_set, callbacks)
+
+    def apply_optimize(self, loss: Variable, startup_program: Optional[Program],
+                       params_grads: ParamsGrads) -> List[Operator]:
+        return self.inner_opt._apply_optimize(loss, startup_program=startup_program, params_grads=params_grads)
+
+    _apply_optimize = apply_optimize
+
+    def minimize_impl(self, loss: Variable, startup_program: Optional[Program] = None,
+                      parameter_list: Optional[Sequence[Any]] = None,
+                      no_grad_set: Optional[Set[Any]] = None) -> Tuple[List[Operator], ParamsGrads]:
+        params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)
+        return self.apply_optimize(loss, startup_program, params_grads), params_grads
+
+    def minimize(self, loss: Variable, startup_program: Optional[Program] = None,
+                 parameter_list: Optional[Sequence[Any]] = None,
+                 no_grad_set: Optional[Set[Any]] = None) -> Tuple[List[Operator], ParamsGrads]:
+        return self.minimize_impl(loss, startup_program, parameter_list, no_grad_set)
+
+
+__all__ = ["MetaOptimizerBase"]
