@@ -95,6 +95,23 @@ def copy_array(x):
     return out
 
 
+@cuda.jit
+def _diagonal_ones(out, n, cols, one):
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        out[i * cols + i] = one
+
+
+def eye(*, num_rows, num_columns, dtype):
+    rows, cols = cpu.eye_shape(num_rows, num_columns)
+    dt = to_numpy_dtype(dtype)
+    out = full((rows, cols), 0, dt)
+    n = min(rows, cols)
+    if n:
+        launch(_diagonal_ones, n, flat(out), n, cols, dt.type(1))
+    return out
+
+
+register_kernel("eye", "cuda", eye)
 register_kernel("fill_constant", "cuda", fill_constant)
 register_kernel("fill_constant_batch_size_like", "cuda", fill_constant_batch_size_like)
 register_kernel("assign_value", "cuda", assign_value)

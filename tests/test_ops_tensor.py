@@ -372,3 +372,31 @@ def test_shape_rank_bmm_api_programs():
                                        .astype(np.float32), "q": np.ones((2, 4, 5), np.float32)},
                            fetch_list=[s, r])
     assert got_s.tolist() == [5, 4, 6] and int(got_r) == 3
+
+
+# ---- eye ---------------------------------------------------------------------------------------
+# Printed by Paddle 3.3.1 (FLAGS_enable_pir_api=0) for paddle.eye(3) and paddle.eye(2, 4, dtype="int64"):
+# op eye, no inputs, Out eye_0.tmp_0 of shape (3, 3) float32, stop_gradient True, attrs num_rows 3,
+# num_columns 3, dtype 5; the values are the identity ([[1, 0, 0, 0], [0, 1, 0, 0]] for the second).
+def test_eye_builds_paddles_op_and_runs():
+    import refimpl as paddle
+    main = paddle.static.Program()
+    with paddle.static.program_guard(main, paddle.static.Program()):
+        with paddle.utils.unique_name.guard():
+            a, b = paddle.eye(3), paddle.eye(2, 4, dtype="int64")
+    ops = main.global_block().ops
+    assert [op.type for op in ops] == ["eye", "eye"] and a.name == "eye_0.tmp_0" and b.name == "eye_1.tmp_0"
+    assert [(op.attr("num_rows"), op.attr("num_columns"), op.attr("dtype")) for op in ops] == [(3, 3, 5), (2, 4, 3)]
+    assert list(a.shape) == [3, 3] and a.stop_gradient and list(b.shape) == [2, 4] and b.dtype == "int64"
+    got_a, got_b = paddle.static.Executor().run(main, fetch_list=[a, b])
+    assert np.array_equal(got_a, [[1, 0, 0], [0, 1, 0], [0, 0, 1]]) and got_a.dtype == np.float32
+    assert np.array_equal(got_b, [[1, 0, 0, 0], [0, 1, 0, 0]]) and got_b.dtype == np.int64
+
+
+def test_eye_rejects_negative_sizes():
+    import refimpl as paddle
+    with paddle.static.program_guard(paddle.static.Program(), paddle.static.Program()):
+        with pytest.raises(InvalidArgument, match="eye: argument 'num_rows'"):
+            paddle.eye(-1)
+        with pytest.raises(InvalidArgument, match="num_columns"):
+            paddle.eye(2, 1.5)

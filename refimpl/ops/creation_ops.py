@@ -187,6 +187,24 @@ def assign_value(ValuesTensor, *, shape, dtype, values):
     return np.array(values, dtype=_numpy_dtype(dtype)).reshape(tuple(shape))
 
 
+# ---- eye --------------------------------------------------------------------------------------
+def eye_shape(num_rows, num_columns):
+    """(rows, columns) of ``eye``; ``num_columns`` -1 means square, as Paddle's ``EyeInferMeta``."""
+    cols = num_rows if num_columns == -1 else num_columns
+    if num_rows < 0 or cols < 0:
+        raise InvalidArgument(f"eye: num_rows ({num_rows}) and num_columns ({num_columns}) must be >= 0 "
+                              f"(num_columns -1: square)")
+    return int(num_rows), int(cols)
+
+
+@register_op("eye", [], ["Out"], {"num_rows": 0, "num_columns": -1, "dtype": 5},
+             infer_shape=lambda ins, attrs: {"Out": (eye_shape(attrs["num_rows"], attrs["num_columns"]),
+                                                     VARTYPE_TO_NAME[attrs["dtype"]])})
+def eye(*, num_rows, num_columns, dtype):
+    """Ones on the main diagonal of a [num_rows, num_columns] matrix (``paddle/phi/kernels/impl/eye_kernel_impl.h``)."""
+    return np.eye(*eye_shape(num_rows, num_columns), dtype=_numpy_dtype(dtype))
+
+
 # ---- fill_constant_batch_size_like ---------------------------------------------------------
 def batch_size_like_shape(in_shape, shape, input_dim_idx, output_dim_idx, op="fill_constant_batch_size_like"):
     """``shape`` with dim ``output_dim_idx`` taken from Input's dim ``input_dim_idx``."""

@@ -27,7 +27,7 @@ from refimpl.static.layer_helper import LayerHelper
 
 from .math import _var
 
-__all__ = ['arange', 'assign', 'fill_constant', 'full', 'full_like', 'ones', 'ones_like', 'tril', 'triu',
+__all__ = ['arange', 'assign', 'eye', 'fill_constant', 'full', 'full_like', 'ones', 'ones_like', 'tril', 'triu',
            'zeros', 'zeros_like']
 
 _INT_DTYPES = ('int8', 'uint8', 'int16', 'int32', 'int64')
@@ -151,6 +151,20 @@ def _tril_triu(api: str, x: Variable, diagonal: int, name: Optional[str]) -> Var
     out = helper.main_program.current_block().create_var(name=helper.name, dtype=x.dtype, persistable=False)
     helper.append_op(type="tril_triu", inputs={"X": x}, outputs={"Out": out},
                      attrs={"diagonal": diagonal, "lower": api == "tril"})
+    return out
+
+
+def eye(num_rows: int, num_columns: Optional[int] = None, dtype: Any = None, name: Optional[str] = None) -> Variable:
+    """The ``eye`` op: a [num_rows, num_columns] (square by default) identity, stop_gradient like Paddle's."""
+    for arg, v in (("num_rows", num_rows), ("num_columns", num_columns)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
+            raise InvalidArgument(f"eye: argument {arg!r} must be a non-negative int, got {v!r}")
+    num_columns = num_rows if num_columns is None else num_columns
+    dtype = _dtype(dtype, "eye")
+    helper = LayerHelper("eye", name=name)
+    out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op(type="eye", inputs={}, outputs={"Out": [out]},
+                     attrs={"num_rows": int(num_rows), "num_columns": int(num_columns), "dtype": to_vartype(dtype)})
     return out
 
 

@@ -1,4 +1,4 @@
-"""Cuda kernels of the tensor ops (strided_slice, shape, assign_value, fill_constant_batch_size_like,
+"""Cuda kernels of the tensor ops (eye, strided_slice, shape, assign_value, fill_constant_batch_size_like,
 the logical ops, is_empty, bmm, broadcasting matmul_v2, accuracy) against their NumPy kernels
 (see kernel_check.py)."""
 import numpy as np
@@ -22,6 +22,9 @@ SS = {"axes": [1, 2], "starts": [4, 0], "ends": [-6, 4], "strides": [-2, 3]}  # 
 TOPK = np.array([[3, 1], [1, 2], [4, 3], [0, 1], [2, 2]], np.int64)
 
 CASES = [
+    ("eye", [], {"num_rows": 3, "num_columns": 5, "dtype": 5}),
+    ("eye", [], {"num_rows": 4, "num_columns": -1, "dtype": 3}),
+    ("eye", [], {"num_rows": 0, "num_columns": 2, "dtype": 5}),
     ("strided_slice", [X3, *NO_T], SS),
     ("strided_slice", [X3, *NO_T], {"axes": [0], "starts": [1], "ends": [2], "strides": [1],
                                     "decrease_axis": [0]}),
