@@ -5,26 +5,37 @@ sub-block (the body of a ``conditional_block``) has a ``parent_idx`` and
 finds its parent's variables through ``_find_var_recursive``.
 ``append_op`` sets the op's role, role var, name scope and device from the
 program's current guards and, as Paddle does, marks every output
-``stop_gradient`` when no input needs a gradient.
+``stop_gradient`` when no input needs a gradient. ``var`` raises what
+Paddle raises (``TypeError`` for a name that is no string, ``ValueError``
+for a missing var, here as typed errors that are also those). A parameter
+created again under a name the global block has is that parameter again,
+initialised only once, as Paddle's ``Block.create_parameter`` does for the
+train/test programs built against one startup program.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TYPE_CHECKING, TypeVar
 
-from refimpl.core.errors import AlreadyExists, InvalidArgument, NotFound
+from refimpl.core.errors import AlreadyExists, InvalidArgument
 
 from .op_role import OP_DEVICE_ATTR, OP_NAMESCOPE_ATTR, OP_ROLE_ATTR, OP_ROLE_VAR_ATTR
 from .operator import Operator
-from .variable import Parameter, Variable
+from .variable import PaddleText, Parameter, Variable, VariableNotFound
 
 if TYPE_CHECKING:
     from .program import Program
+
+__all__ = ["Block", "VarNameTypeError", "splice_before", "last_writers"]
 
 # control-flow ops do not pass stop_gradient from inputs to outputs
 _NO_STOP_GRADIENT_PASS = {"conditional_block", "conditional_block_grad", "while", "while_grad"}
 
 
 T = TypeVar("T")
+
+
+class VarNameTypeError(PaddleText, InvalidArgument, TypeError):
+    """``Block.var`` given a name that is not a string: Paddle raises ``TypeError`` there."""
 
 
 def splice_before(items: Sequence[T], groups: Dict[int, Sequence[T]]) -> List[T]:
@@ -72,10 +83,20 @@ class Block:
 
     # ---- variables ----------------------------------------------------
     def var(self, name: str) -> Variable:
+        if not isinstance(name, str):
+            raise VarNameTypeError(f"var require string as parameter, but get {type(name)} instead.")
         v = self.vars.get(name)
         if v is None:
-            raise NotFound(f"variable {name!r} is not in block {self.idx}")
+            raise VariableNotFound(f"var {name} not in this block")
         return v
+
+    @property
+    def backward_block_idx(self) -> int:
+        """The block whose ``forward_block_idx`` is this one (-1 when none)."""
+        for b in self.program.blocks:
+            if b.forward_block_idx == self.idx:
+                return b.idx
+        return -1
 
     def has_var(self, name: str) -> bool:
         return name in self.vars
@@ -95,20 +116,35 @@ class Block:
     def create_parameter(self, name: str, shape: Sequence[int], dtype: Any, **kwargs: Any) -> Parameter:
         """Create a Parameter in the global block; run its initializer into this block."""
         glob = self.program.global_block()
-        if name in glob.vars and glob.vars[name].is_parameter and self is glob:
-            raise AlreadyExists(f"parameter {name!r} already exists in the global block")
         for d in shape:
             if int(d) < 0:
                 raise InvalidArgument(f"parameter {name!r}: every dim must be >= 0, got shape {list(shape)}")
         initializer = kwargs.pop("initializer", None)
-        param = Parameter(glob, name, shape, dtype, **kwargs)
-        glob.vars[name] = param
-        self.program._bump()
-        if initializer is not None:
+        old = glob.vars.get(name)
+        if old is not None:
+            if not old.is_parameter:
+                raise AlreadyExists(f"create_parameter: {name!r} is already a variable (not a parameter) "
+                                    f"of the global block")
+            if old.shape is not None and list(old.shape) != [int(d) for d in shape]:
+                raise InvalidArgument(f"Variable '{name}' has been created before. The previous shape is "
+                                      f"{tuple(old.shape)}, the new shape is {tuple(int(d) for d in shape)}. "
+                                      f"They are not matched.")
+            param = old
+        else:
+            param = Parameter(glob, name, shape, dtype, **kwargs)
+            glob.vars[name] = param
+            self.program._bump()
+        if initializer is not None and not self._init_ops_of(name):
             stop_gradient = param.stop_gradient
             initializer(param, self)
             param.stop_gradient = stop_gradient
         return param
+
+    def _init_ops_of(self, name: str) -> List[Operator]:
+        """The ops of the global block that write ``name`` (its initialisers, for a startup program)."""
+        skip = ("broadcast", "c_sync_comm_stream", "coalesce_tensor")
+        return [op for op in self.program.global_block().ops
+                if op.type not in skip and name in op.output_arg_names]
 
     def _remove_var(self, name):
         self.vars.pop(name, None)
@@ -137,7 +173,7 @@ class Block:
     def _var_recursive(self, name):
         v = self._find_var_recursive(name)
         if v is None:
-            raise NotFound(f"variable {name!r} is not in block {self.idx} or its parents")
+            raise VariableNotFound(f"Var {name} is not found recursively")
         return v
 
     def iter_parameters(self) -> Iterator[Parameter]:
@@ -246,10 +282,17 @@ class Block:
         del self.ops[index]
         self.program._bump()
 
+    # ---- text -----------------------------------------------------------
+    def to_string(self, throw_on_error: bool, with_details: bool = False) -> str:
+        """The protobuf text of the block (see ``program_text.py`` for how it differs from Paddle's)."""
+        from .program_text import block_to_proto_text
+        return block_to_proto_text(self, with_details)
+
+    def _to_readable_code(self, skip_op_callstack: bool = True) -> str:
+        from .program_text import block_to_readable
+        return block_to_readable(self, skip_op_callstack)
+
     def __str__(self):
-        lines = [f"{{ // block_idx:{self.idx}  parent_idx:{self.parent_idx}"]
-        lines += ["    " + str(v) for v in self.vars.values()]
-        lines.append("")
-        lines += ["    " + str(op) for op in self.ops]
-        lines.append("}")
-        return "\n".join(lines)
+        return self._to_readable_code()
+
+    __repr__ = __str__

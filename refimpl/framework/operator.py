@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from .block import Block
 
 
+__all__ = ["Operator"]
+
+
 def _names(value):
     """A slot value given as a Variable, a name, or a list of them -> list of names."""
     if value is None:
@@ -150,12 +153,17 @@ class Operator:
         raise NotFound(f"op {self.type!r} is not in its block")
 
     def __str__(self):
-        def slots(d):
-            return ", ".join(f"{k}={v}" for k, v in d.items())
-        attrs = ", ".join(f"{k} = {_fmt_attr(v)}" for k, v in sorted(self._attrs.items())
-                          if k not in ("op_callstack", "op_namescope", "op_device", "op_role_var") or
-                          (v and k != "op_namescope"))
-        return f"{{{slots(self._outputs)}}} = {self.type}(inputs={{{slots(self._inputs)}}}, {attrs})"
+        from .program_text import op_to_readable
+        return op_to_readable(self)
+
+    def _to_readable_code(self, skip_op_callstack: bool = True) -> str:
+        from .program_text import op_to_readable
+        return op_to_readable(self, skip_op_callstack)
+
+    def to_string(self, throw_on_error: bool) -> str:
+        """The ``OpDesc`` protobuf text (refimpl's attrs only; see ``program_text.py``)."""
+        from .program_text import op_to_proto_text
+        return op_to_proto_text(self)
 
     __repr__ = __str__
 
@@ -169,12 +177,3 @@ def _typed(opdef, name, value):
     if isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(np.float32(value))
     return value
-
-
-def _fmt_attr(v):
-    from .block import Block
-    if isinstance(v, Block):
-        return f"block[{v.idx}]"
-    if isinstance(v, list) and v and isinstance(v[0], Block):
-        return "[" + ", ".join(f"block[{b.idx}]" for b in v) + "]"
-    return repr(v)

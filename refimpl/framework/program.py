@@ -1,7 +1,9 @@
 """Program: a list of Blocks, and the guards that say where ops go.
 
 Mirrors ``paddle.static.Program`` (legacy ProgramDesc IR):
-``global_block()``, ``block(i)``, ``clone(for_test)``, ``list_vars()``, plus
+``global_block()``, ``block(i)``, ``clone(for_test)``, ``list_vars()``,
+``all_parameters()``, ``global_seed``, ``state_dict`` / ``set_state_dict``,
+``print(program)`` / ``to_string`` (the text is in ``program_text.py``), plus
 the role guards Paddle's optimizer and backward use (``_optimized_guard``,
 ``_backward_role_guard``, ``_lr_schedule_guard``), ``program_guard`` and the
 default main / startup programs. ``to_dict`` / ``from_dict`` speak the
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from typing import Any, Dict, Iterator, List, Optional, TYPE_CHECKING
 
 from refimpl.core.errors import InvalidArgument, OutOfRange
@@ -20,10 +23,21 @@ from refimpl.core.gc_pause import paused_cyclic_gc
 from . import unique_name
 from .block import Block
 from .op_role import OpRole, OP_ROLE_ATTR
+from .variable import BadValue, VariableNotFound
 
 if TYPE_CHECKING:
     from .operator import Operator
     from .variable import Parameter, Variable
+
+
+__all__ = ["Program", "default_main_program", "default_startup_program", "switch_main_program",
+           "switch_startup_program", "program_guard", "name_scope", "current_device", "device_guard",
+           "op_role_of"]
+
+# Paddle's ``framework.global_prog_seed``: the seed a new Program starts with (``Program.global_seed`` sets it)
+_global_prog_seed = 0
+
+_NOT_STATE = ("FEED_MINIBATCH", "FETCH_LIST", "READER")
 
 
 class Program:
@@ -33,7 +47,7 @@ class Program:
     def __init__(self):
         self.blocks = [Block(self, 0)]
         self.current_block_idx = 0
-        self.random_seed = 0
+        self.random_seed = _global_prog_seed
         self._version = 0
         self._op_role = OpRole.Forward
         self._op_role_var = []
@@ -80,6 +94,56 @@ class Program:
     def all_parameters(self) -> List[Parameter]:
         return self.global_block().all_parameters()
 
+    def global_seed(self, seed: int = 0) -> None:
+        """Set this program's ``random_seed`` and the seed every later new Program starts with."""
+        global _global_prog_seed
+        _global_prog_seed = seed
+        self.random_seed = seed
+
+    # ---- state --------------------------------------------------------
+    def _state_vars(self, mode: str) -> List[Variable]:
+        if not isinstance(mode, str) or mode not in ("param", "opt", "all"):
+            raise BadValue(f"`mode` string should be 'param', 'opt' or 'all', but received {mode}.")
+
+        def of_optimizer(v):
+            return not v.is_parameter and not v.need_check_feed and v.persistable and v.type not in _NOT_STATE
+
+        wanted = {"param": lambda v: v.is_parameter, "opt": of_optimizer,
+                  "all": lambda v: v.is_parameter or of_optimizer(v)}[mode]
+        return [v for v in self.list_vars() if wanted(v)]
+
+    def state_dict(self, mode: str = "all", scope: Any = None) -> Dict[str, Any]:
+        """{name: DenseTensor in ``scope``} of the parameters ('param'), optimizer states ('opt') or both."""
+        from refimpl.core.scope import Scope, global_scope
+        if scope is not None and not isinstance(scope, Scope):
+            raise InvalidArgument(f"Program.state_dict: scope must be None or a Scope, got {type(scope).__name__}")
+        scope = scope if scope is not None else global_scope()
+        out = {}
+        for v in self._state_vars(mode):
+            holder = scope.find_var(v.name)
+            if holder is None:
+                raise VariableNotFound(f"Can not find Variable '{v.name}' in the scope. Make sure it is initialized")
+            out[v.name] = holder.get_tensor()
+        return out
+
+    def set_state_dict(self, state_dict: Dict[str, Any], scope: Any = None) -> None:
+        """Write each value into the program's variable of that name in ``scope``; others are warned about."""
+        if not isinstance(state_dict, dict):
+            raise InvalidArgument(f"Program.set_state_dict: state_dict must be a dict, got {type(state_dict).__name__}")
+        by_name = {v.name: v for v in self.list_vars()}
+        renames = state_dict.get("StructuredToParameterName@@", {})
+        for name, value in state_dict.items():
+            if name == "StructuredToParameterName@@":
+                continue
+            name = renames.get(name, name)
+            if name not in by_name:
+                warnings.warn(f"Skip loading for '{name}'. Because '{name}' not in the program.")
+                continue
+            try:
+                by_name[name].set_value(value, scope)
+            except (ValueError, TypeError) as err:
+                warnings.warn(f"Skip loading for '{name}'. " + str(err))
+
     # ---- guards -------------------------------------------------------
     @contextlib.contextmanager
     def _role_guard(self, role, role_var=None):
@@ -121,15 +185,9 @@ class Program:
         p.random_seed = self.random_seed
         p.name_generator.ids = dict(self.name_generator.ids)  # a clone goes on counting, as Paddle's does
         if for_test:
-            for b in p.blocks:
-                b.ops = [op for op in b.ops
-                         if not op.role() & (OpRole.Backward | OpRole.Optimize)]
-                for op in b.ops:
-                    if op.has_attr("is_test"):
-                        op._attrs["is_test"] = True
-                used = {n for op in b.ops for n in op.input_arg_names + op.output_arg_names}
-                b.vars = {k: v for k, v in b.vars.items()
-                          if k in used or v.persistable or v.is_data}
+            _prune_backward(p)
+        for b in p.blocks:  # read back from the C++ desc in Paddle: its vars come sorted by name
+            b.vars = dict(sorted(b.vars.items()))
         return p
 
     def to_dict(self) -> Dict[str, Any]:
@@ -142,18 +200,41 @@ class Program:
         from .serialize import program_from_dict
         return program_from_dict(d, validate)
 
-    def to_string(self, throw_on_error: bool = False, with_details: bool = False) -> str:
-        return str(self)
+    def to_string(self, throw_on_error: bool, with_details: bool = False) -> str:
+        """The protobuf text of the program (see ``program_text.py`` for how it differs from Paddle's)."""
+        from .program_text import program_to_proto_text
+        for name, flag in (("throw_on_error", throw_on_error), ("with_details", with_details)):
+            if not isinstance(flag, bool):
+                raise InvalidArgument(f"Program.to_string: {name} must be a bool, got {flag!r}")
+        return program_to_proto_text(self, with_details)
+
+    def _to_readable_code(self, skip_op_callstack: bool = True) -> str:
+        from .program_text import program_to_readable
+        return program_to_readable(self, skip_op_callstack)
 
     def __str__(self):
-        return "\n".join(str(b) for b in self.blocks)
+        return self._to_readable_code()
 
-    def __repr__(self):
-        ops = sum(len(b.ops) for b in self.blocks)
-        return f"<Program blocks={len(self.blocks)} ops={ops}>"
+    __repr__ = __str__  # as Paddle's: the whole program text
 
     def __deepcopy__(self, memo):
         return self.clone()
+
+
+def _prune_backward(p: Program) -> None:
+    """Paddle's ``core.prune_backward`` + ``_inference_optimize`` on a copy: drop the backward and
+    optimizer ops and the vars no remaining op uses, set every ``is_test`` to True and take
+    ``ReserveSpace`` off ``batch_norm``."""
+    for b in p.blocks:
+        b.ops = [op for op in b.ops if not op.role() & (OpRole.Backward | OpRole.Optimize)]
+        for op in b.ops:
+            if op.has_attr("is_test"):
+                op._attrs["is_test"] = True
+            if op.type == "batch_norm":
+                op._outputs.pop("ReserveSpace", None)
+    used = {n for b in p.blocks for op in b.ops for n in op.input_arg_names + op.output_arg_names}
+    for b in p.blocks:
+        b.vars = {k: v for k, v in b.vars.items() if k in used}
 
 
 _local = threading.local()  # defaults per thread: in-process ranks build their programs side by side

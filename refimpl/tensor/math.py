@@ -4,11 +4,14 @@ Mirrors the legacy static branch of ``python/paddle/tensor/math.py`` as
 Paddle 2.6.2 runs it (3.3.1 binds ``matmul``, ``tanh``, ``abs``, ``multiply``
 ... straight to PIR-only C++ functions). Each function makes a LayerHelper
 named as Paddle's (``tanh_0``, ``max_0``, ``reduce_prod_0``,
-``matmul_v2_0``, ``scale_0``) whose temporaries name the outputs;
-``add`` / ``subtract`` / ``multiply`` / ``divide`` / ``maximum`` / ``minimum``
-go through 2.6.2's ``_elementwise_op``, which names the output after the
-helper itself (``elementwise_add_0``; 3.3.1 would say
-``elementwise_add_0.tmp_0``). :func:`binary`, :func:`constant_like` and
+``matmul_v2_0``, ``scale_0``) whose temporaries name the outputs.
+``add``, ``subtract`` and ``pow`` of two Variables name their output as
+3.3.1 does, a temporary of the helper (``elementwise_add_0.tmp_0``,
+``nm.tmp_0`` for ``name="nm"``, ``elementwise_pow_0.tmp_0``); ``multiply`` /
+``divide`` / ``maximum`` / ``minimum`` go through 2.6.2's ``_elementwise_op``
+(3.3.1 runs ``divide`` that way too, and has no legacy-IR ``multiply`` /
+``maximum`` / ``minimum``), which names the output after the helper itself
+(``elementwise_div_0``). :func:`binary`, :func:`constant_like` and
 :func:`_tmp_like` are what the Python operators of ``patch.py`` use
 (``tmp_k`` names, as ``math_op_patch``).
 """
@@ -119,12 +122,22 @@ def _elementwise(op_type, x, y, name=None):
     return out
 
 
+def _elementwise_tmp(op_type, x, y, name=None):
+    """3.3.1's legacy ``add`` / ``subtract``: the output is a temporary of the helper (``elementwise_add_0.tmp_0``)."""
+    _var(x, op_type)
+    _var(y, op_type)
+    helper = LayerHelper(op_type, name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(type=op_type, inputs={"X": x, "Y": y}, outputs={"Out": out}, attrs={"axis": -1})
+    return out
+
+
 def add(x, y, name=None):
-    return _elementwise("elementwise_add", x, y, name)
+    return _elementwise_tmp("elementwise_add", x, y, name)
 
 
 def subtract(x, y, name=None):
-    return _elementwise("elementwise_sub", x, y, name)
+    return _elementwise_tmp("elementwise_sub", x, y, name)
 
 
 def multiply(x, y, name=None):
@@ -168,7 +181,7 @@ def pow(x, y, name=None):
         out = helper.create_variable_for_type_inference(x.dtype)
         helper.append_op(type="pow", inputs={"X": x}, outputs={"Out": out}, attrs={"factor": float(y)})
         return out
-    return binary("elementwise_pow", x, y)
+    return _elementwise_tmp("elementwise_pow", x, y, name)
 
 
 def reciprocal(x, name=None):

@@ -1,0 +1,145 @@
+"""The Variable / Program / Block API of Paddle 3.3.1's legacy IR (refimpl/framework).
+
+Names, errors and structure below are what Paddle 3.3.1 (FLAGS_enable_pir_api=0) printed for the same
+calls; numbers are checked against NumPy.
+"""
+import numpy as np
+import pytest
+
+import refimpl as paddle
+from refimpl.core.errors import InvalidArgument, NotFound, Unimplemented
+from refimpl.ops.registry import has_op
+
+
+def _net():
+    x = paddle.static.data("x", [None, 4], "float32")
+    h = paddle.static.nn.fc(x, 3, weight_attr=paddle.ParamAttr(name="shared_w"))
+    h2 = paddle.static.nn.fc(x, 3, weight_attr=paddle.ParamAttr(name="shared_w"))
+    return paddle.mean(paddle.nn.functional.dropout(h + h2, 0.5))
+
+
+def _train_and_test():
+    startup, train, test = paddle.static.Program(), paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(train, startup), paddle.utils.unique_name.guard():
+        loss = _net()
+        paddle.optimizer.SGD(0.1).minimize(loss)
+    with paddle.static.program_guard(test, startup), paddle.utils.unique_name.guard():
+        _net()
+    return startup, train, test
+
+
+def test_two_programs_share_parameters_through_one_startup():
+    startup, train, test = _train_and_test()
+    # Paddle 3.3.1 printed these lists for the same programs
+    assert [p.name for p in train.all_parameters()] == ["shared_w", "fc_0.b_0", "fc_1.b_0"]
+    assert [p.name for p in test.all_parameters()] == ["shared_w", "fc_0.b_0", "fc_1.b_0"]
+    assert [op.type for op in startup.global_block().ops] == ["uniform_random", "fill_constant",
+                                                              "fill_constant", "fill_constant"]
+    assert [v.name for v in startup.list_vars()] == ["shared_w", "fc_0.b_0", "fc_1.b_0", "learning_rate_0"]
+
+
+def test_shared_parameter_shape_mismatch_is_an_error():
+    b = paddle.static.Program().global_block()
+    p = b.create_parameter("p", [3], "float32")
+    assert b.create_parameter("p", [3], "float32") is p
+    with pytest.raises(InvalidArgument, match="'p' has been created before. The previous shape is"):
+        b.create_parameter("p", [4], "float32")
+
+
+def test_clone_for_test_prunes_and_sets_is_test():
+    _, train, _ = _train_and_test()
+    test = train.clone(for_test=True)
+    b = test.global_block()
+    # Paddle 3.3.1: forward ops only, vars sorted by name, no grads, no learning rate
+    assert [op.type for op in b.ops] == ["mul", "elementwise_add", "mul", "elementwise_add", "elementwise_add",
+                                         "dropout", "reduce_mean"]
+    assert list(b.vars) == ["dropout_0.tmp_0", "dropout_0.tmp_1", "fc_0.b_0", "fc_0.tmp_0", "fc_0.tmp_1",
+                            "fc_1.b_0", "fc_1.tmp_0", "fc_1.tmp_1", "mean_0.tmp_0", "shared_w", "tmp_0", "x"]
+    assert b.ops[5].attr("is_test") is True and train.global_block().ops[5].attr("is_test") is False
+    assert b.var("shared_w").is_parameter and b.var("x").is_data
+    assert list(train.clone().global_block().vars) == sorted(train.global_block().vars)
+
+
+def test_block_var_errors_are_paddles():
+    b = paddle.static.Program().global_block()
+    with pytest.raises(ValueError, match="^var nope not in this block$") as e:
+        b.var("nope")
+    assert isinstance(e.value, NotFound)
+    with pytest.raises(TypeError, match="var require string as parameter"):
+        b.var(3)
+    with pytest.raises(ValueError, match="Var nope is not found recursively"):
+        b._var_recursive("nope")
+    assert not b.has_var("nope")
+
+
+def test_variable_properties():
+    main = paddle.static.Program()
+    with paddle.static.program_guard(main, paddle.static.Program()):
+        x = paddle.static.data("x", [None, 4, 2], "float32")
+        i = paddle.static.data("i", [3], "int64")
+        h = paddle.static.data("h", [3], "float16")
+    assert (x.dim(), x.ndimension(), x.grad_name) == (3, 3, "x@GRAD")
+    assert (x.element_size(), i.element_size(), h.element_size()) == (4, 8, 2)
+    assert main.num_blocks == 1 and main.block(0) is main.global_block()
+
+
+def test_variable_clone_appends_assign():
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [2, 3], "float32")
+        c = x.clone()
+    # Paddle 3.3.1: x_clone_0, by an assign op, stop_gradient copied from x
+    assert c.name == "x_clone_0" and c.stop_gradient is True
+    assert [(op.type, op.input("X"), op.output("Out")) for op in main.global_block().ops] == \
+        [("assign", ["x"], ["x_clone_0"])]
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    xv = np.arange(6, dtype="float32").reshape(2, 3)
+    out, = exe.run(main, feed={"x": xv}, fetch_list=[c])
+    np.testing.assert_array_equal(out, xv)
+
+
+@pytest.mark.parametrize("method,op", [("detach", "share_data"), ("size", "size"), ("cpu", "memcpy")])
+def test_methods_whose_op_is_missing_say_so(method, op):
+    main = paddle.static.Program()
+    with paddle.static.program_guard(main, paddle.static.Program()):
+        x = paddle.static.data("x", [2, 3], "float32")
+        if has_op(op):
+            pytest.skip(f"op {op} is registered now")
+        with pytest.raises(Unimplemented, match=f"Variable.{method}: refimpl has no op '{op}'"):
+            getattr(x, method)()
+
+
+def test_get_value_set_value_and_state_dict():
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [None, 4], "float32")
+        loss = paddle.mean(paddle.static.nn.fc(x, 2))
+        paddle.optimizer.SGD(0.1).minimize(loss)
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup, scope=scope)
+    w = main.global_block().var("fc_0.w_0")
+    w.set_value(np.ones((4, 2), "float32"), scope)
+    np.testing.assert_array_equal(np.array(w.get_value(scope)), np.ones((4, 2)))
+    with pytest.raises(ValueError, match=r"fc_0.w_0 expected a shape \[4, 2\], but the received shape is \[2\]"):
+        w.set_value(np.ones(2, "float32"), scope)
+    with pytest.raises(ValueError, match="Can not find Variable 'fc_0.w_0' in the Scope"):
+        w.get_value(paddle.static.Scope())
+    assert sorted(main.state_dict("param", scope)) == ["fc_0.b_0", "fc_0.w_0"]
+    assert sorted(main.state_dict("opt", scope)) == ["learning_rate_0"]
+    assert sorted(main.state_dict(scope=scope)) == ["fc_0.b_0", "fc_0.w_0", "learning_rate_0"]
+    with pytest.raises(ValueError, match="'param', 'opt' or 'all'"):
+        main.state_dict("bad", scope)
+    with pytest.warns(UserWarning, match="Skip loading for 'nope'"):
+        main.set_state_dict({"fc_0.b_0": np.full(2, 3.0, "float32"), "nope": np.zeros(1)}, scope)
+    np.testing.assert_array_equal(np.array(main.state_dict("param", scope)["fc_0.b_0"]), [3.0, 3.0])
+
+
+def test_global_seed():
+    p = paddle.static.Program()
+    try:
+        p.global_seed(7)
+        assert p.random_seed == 7 and paddle.static.Program().random_seed == 7
+    finally:
+        p.global_seed(0)
+    assert paddle.static.Program().random_seed == 0
