@@ -212,8 +212,11 @@ def append_backward(loss: Variable, parameter_list: Optional[Sequence[Union[Para
 
 
 def _create_grad_vars(block, start, grad_to_var):
-    """Create every new grad var, shaped like its forward var; drop ops with no outputs."""
-    grad_info = {}
+    """Create every new grad var, shaped like its forward var; drop ops with no outputs.
+
+    The vars join the block in name order, as Paddle's ``_sync_with_cpp`` adds them from the desc
+    (which is what ``print(program)`` lists)."""
+    grad_info, writer = {}, {}
     keep = block.ops[:start]
     for op in block.ops[start:]:
         outs = op.output_arg_names
@@ -221,14 +224,15 @@ def _create_grad_vars(block, start, grad_to_var):
             continue
         keep.append(op)
         for n in outs:
-            if block._find_var_recursive(n) is not None:
-                continue
-            fwd = block._find_var_recursive(strip_grad_suffix(n))
-            v = block.create_var(name=n, shape=fwd.shape if fwd is not None else None,
-                                 dtype=fwd.dtype if fwd is not None else "float32")
-            v.op = op
-            if n in grad_to_var:
-                grad_info[grad_to_var[n]] = n
+            if n not in writer and block._find_var_recursive(n) is None:
+                writer[n] = op
+    for n in sorted(writer):
+        fwd = block._find_var_recursive(strip_grad_suffix(n))
+        v = block.create_var(name=n, shape=fwd.shape if fwd is not None else None,
+                             dtype=fwd.dtype if fwd is not None else "float32")
+        v.op = writer[n]
+        if n in grad_to_var:
+            grad_info[grad_to_var[n]] = n
     block.ops[:] = keep
     block.program._bump()
     return grad_info

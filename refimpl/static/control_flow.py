@@ -44,7 +44,6 @@ def cond(pred: Variable, true_fn: Optional[Callable[[], Any]] = None,
         raise Unimplemented("static.nn.cond: false_fn is not supported yet")
     program = default_main_program()
     with _sub_block(program) as sub:
-        sub.forward_block_idx = sub.idx
         out = true_fn() if true_fn is not None else None
         if out is not None:
             raise Unimplemented("static.nn.cond: branches that return values are not supported yet")

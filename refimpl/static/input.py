@@ -37,7 +37,7 @@ def data(name: str, shape: Sequence[Optional[int]], dtype: Any = "float32", lod_
         dims.append(d)
     return default_main_program().global_block().create_var(
         name=name, shape=dims, dtype=convert_dtype(dtype), stop_gradient=True,
-        is_data=True, need_check_feed=True)
+        is_data=True, need_check_feed=True, lod_level=lod_level)
 
 
 def create_parameter(shape: Sequence[int], dtype: Any, name: Optional[str] = None,
