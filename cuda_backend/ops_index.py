@@ -25,7 +25,7 @@ from refimpl.ops.registry import register_kernel
 from . import ew
 from .device import (bcast_strides, contiguous_strides, cuda, dev, empty, flat, launch, launch_config, padded,
                      scalar_of, to_device, to_host)
-from .ops_creation import full, host_or_none
+from .ops_creation import copy_array, full, host_or_none
 from .ops_manipulation import _scatter, concat_arrays, from_xshape, split_array, strided_copy, xshape_of
 
 
@@ -363,3 +363,23 @@ def shape(Input):
 
 
 register_kernel("shape", "cuda", shape)
+
+
+def size(Input):
+    """Input is a shape-only meta: its element count goes to the device as a 0-D int64."""
+    return to_device(cpu_shape.size(Input))
+
+
+def share_data(X):
+    return X  # the same device buffer, as Paddle's ShareDataKernel
+
+
+def memcpy(X, *, dst_place_type):
+    """A device copy: this backend keeps every tensor on the GPU (fetches come back to the host)."""
+    cpu_shape.memcpy(np.empty(0, np.float32), dst_place_type=dst_place_type)  # the attr check
+    return copy_array(dev(X))
+
+
+register_kernel("size", "cuda", size)
+register_kernel("share_data", "cuda", share_data)
+register_kernel("memcpy", "cuda", memcpy)

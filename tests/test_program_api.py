@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 import refimpl as paddle
-from refimpl.core.errors import InvalidArgument, NotFound, Unimplemented
-from refimpl.ops.registry import has_op
+from refimpl.core.errors import InvalidArgument, NotFound
 
 
 def _net():
@@ -98,17 +97,6 @@ def test_variable_clone_appends_assign():
     np.testing.assert_array_equal(out, xv)
 
 
-@pytest.mark.parametrize("method,op", [("detach", "share_data"), ("size", "size"), ("cpu", "memcpy")])
-def test_methods_whose_op_is_missing_say_so(method, op):
-    main = paddle.static.Program()
-    with paddle.static.program_guard(main, paddle.static.Program()):
-        x = paddle.static.data("x", [2, 3], "float32")
-        if has_op(op):
-            pytest.skip(f"op {op} is registered now")
-        with pytest.raises(Unimplemented, match=f"Variable.{method}: refimpl has no op '{op}'"):
-            getattr(x, method)()
-
-
 def test_get_value_set_value_and_state_dict():
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup):
@@ -143,3 +131,25 @@ def test_global_seed():
     finally:
         p.global_seed(0)
     assert paddle.static.Program().random_seed == 0
+
+
+def test_detach_size_cpu_append_paddles_ops_and_run():
+    """Printed by Paddle 3.3.1 (FLAGS_enable_pir_api=0) for x.detach(), x.size(), x.cpu() of x [2, 3]:
+    share_data X=[x] Out=[detach_x_0] (2, 3); size Input=[x] Out=[x_size_0] () int64;
+    memcpy X=[x] Out=[tmp_0] dst_place_type 0; run on arange(6): the same values, 6, the same values."""
+    import numpy as np
+    import refimpl as paddle
+    main = paddle.static.Program()
+    with paddle.static.program_guard(main, paddle.static.Program()):
+        with paddle.utils.unique_name.guard():
+            x = paddle.static.data("x", [2, 3], "float32")
+            a, b, c = x.detach(), x.size(), x.cpu()
+    ops = main.global_block().ops
+    assert [(op.type, op.input_arg_names, op.output_arg_names) for op in ops] == [
+        ("share_data", ["x"], ["detach_x_0"]), ("size", ["x"], ["x_size_0"]), ("memcpy", ["x"], ["tmp_0"])]
+    assert ops[2].attr("dst_place_type") == 0
+    assert list(b.shape) == [] and b.dtype == "int64" and a.stop_gradient and c.stop_gradient
+    feed = np.arange(6, dtype="float32").reshape(2, 3)
+    got_a, got_b, got_c = paddle.static.Executor().run(main, feed={"x": feed}, fetch_list=[a, b, c])
+    assert np.array_equal(got_a, feed) and int(got_b) == 6 and got_b.dtype == np.int64
+    assert np.array_equal(got_c, feed) and got_c.dtype == np.float32

@@ -7,8 +7,7 @@ data; values live in a Scope at run time. Arithmetic operators (``x @ w``,
 ``math_op_patch`` does. ``str`` / ``repr`` / ``to_string`` give Paddle
 3.3.1's text (``program_text.py``); ``clone`` / ``detach`` / ``size`` /
 ``cpu`` append the ops Paddle appends (``assign``, ``share_data``, ``size``,
-``memcpy``), named from the program's own counters as in Paddle; an op
-refimpl does not register is an ``Unimplemented`` error naming the method.
+``memcpy``), named from the program's own counters as in Paddle.
 """
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from typing import Any, Dict, Optional, Sequence, TYPE_CHECKING
 import numpy as np
 
 from refimpl.core.dtypes import convert_dtype, to_numpy_dtype
-from refimpl.core.errors import InvalidArgument, NotFound, Unimplemented
+from refimpl.core.errors import InvalidArgument, NotFound
 
 if TYPE_CHECKING:
     from .block import Block
@@ -94,16 +93,12 @@ class Variable:
         """Bytes of one element of the dtype (4 for float32)."""
         return int(to_numpy_dtype(self.dtype).itemsize) if self.dtype != "bfloat16" else 2
 
-    def _derived(self, api: str, op_type: str, key: str, **var_kw: Any) -> Variable:
-        from refimpl.ops.registry import has_op
-        if not has_op(op_type):
-            raise Unimplemented(f"Variable.{api}: refimpl has no op {op_type!r}, which Paddle appends here")
-        out = self.block.create_var(name=_program_fresh(self.block, key), **var_kw)
-        return out
+    def _derived(self, key: str, **var_kw: Any) -> Variable:
+        return self.block.create_var(name=_program_fresh(self.block, key), **var_kw)
 
     def clone(self) -> Variable:
         """A copy by an ``assign`` op, named ``{name}_clone_k`` (gradients flow through it)."""
-        out = self._derived("clone", "assign", self.name + "_clone", dtype=self.dtype, type=self.type,
+        out = self._derived(self.name + "_clone", dtype=self.dtype, type=self.type,
                             persistable=self.persistable, stop_gradient=self.stop_gradient)
         self.block.append_op(type="assign", inputs={"X": [self]}, outputs={"Out": [out]})
         return out
@@ -113,23 +108,20 @@ class Variable:
         if self.type not in ("DENSE_TENSOR", "SELECTED_ROWS"):
             raise InvalidArgument(f"Variable.detach: {self.name!r} is a {self.type}; "
                                   "only DENSE_TENSOR and SELECTED_ROWS can be detached")
-        out = self._derived("detach", "share_data", "detach_" + self.name, dtype=self.dtype,
+        out = self._derived("detach_" + self.name, dtype=self.dtype,
                             type=self.type, persistable=self.persistable, stop_gradient=True)
         self.block.append_op(type="share_data", inputs={"X": [self]}, outputs={"Out": [out]})
         return out
 
     def size(self) -> Variable:
         """The number of elements, an int64 0-D ``{name}_size_k`` computed by the ``size`` op."""
-        out = self._derived("size", "size", self.name + "_size", dtype="int64")
+        out = self._derived(self.name + "_size", dtype="int64")
         self.block.append_op(type="size", inputs={"Input": [self]}, outputs={"Out": [out]})
         return out
 
     def cpu(self) -> Variable:
         """A ``memcpy`` to the CPU (``dst_place_type = 0``) into a ``tmp_k``."""
-        from refimpl.ops.registry import has_op
         from . import unique_name
-        if not has_op("memcpy"):
-            raise Unimplemented("Variable.cpu: refimpl has no op 'memcpy', which Paddle appends here")
         block = self.block.program.current_block()
         out = block.create_var(name=unique_name.generate_with_ignorable_key("tmp"), dtype=self.dtype,
                                shape=self.shape, type=self.type, persistable=False, stop_gradient=True)

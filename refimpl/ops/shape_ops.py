@@ -263,3 +263,26 @@ def tile_grad(X, dOut, RepeatTimes, repeat_times_tensor, *, repeat_times):
 def shape(Input):
     """Input's dims as a 1-D int32 tensor; Input may be a shape-only meta (no need buffer)."""
     return np.array(Input.shape, dtype=np.int32)
+
+
+# ---- size, share_data, memcpy (what Variable.size / detach / cpu append) ---------------------------------
+@register_op("size", ["Input"], ["Out"], {}, no_need_buffer=["Input"],
+             infer_shape=lambda ins, attrs: {"Out": ((), "int64")})
+def size(Input):
+    """The number of elements of Input as a 0-D int64 tensor (``paddle/phi/kernels/size_kernel.h``)."""
+    return np.array(int(np.prod(Input.shape, dtype=np.int64)), dtype=np.int64)
+
+
+@register_op("share_data", ["X"], ["Out"], {}, infer_shape=lambda ins, attrs: {"Out": first(ins, "X")})
+def share_data(X):
+    """Out is X's buffer, as Paddle's ``ShareDataKernel`` shares the allocation (no gradient)."""
+    return X
+
+
+@register_op("memcpy", ["X"], ["Out"], {"dst_place_type": 0}, infer_shape=lambda ins, attrs: {"Out": first(ins, "X")})
+def memcpy(X, *, dst_place_type):
+    """A copy of X on the place ``dst_place_type`` names (0 CPU, 1 GPU ...); on the NumPy backend every
+    place is the host, so it is a plain copy (``paddle/fluid/operators/memcpy_op.cc``)."""
+    if dst_place_type not in (0, 1, 2, 3, 4, 5, 6):
+        raise InvalidArgument(f"memcpy: dst_place_type {dst_place_type} is not a place type (0 CPU, 1 GPU, ...)")
+    return np.array(X, copy=True)

@@ -22,6 +22,10 @@ SS = {"axes": [1, 2], "starts": [4, 0], "ends": [-6, 4], "strides": [-2, 3]}  # 
 TOPK = np.array([[3, 1], [1, 2], [4, 3], [0, 1], [2, 2]], np.int64)
 
 CASES = [
+    ("size", [X3], {}),
+    ("share_data", [X3], {}),
+    ("memcpy", [X3], {"dst_place_type": 0}),
+    ("memcpy", [i64(2, 3)], {"dst_place_type": 1}),
     ("eye", [], {"num_rows": 3, "num_columns": 5, "dtype": 5}),
     ("eye", [], {"num_rows": 4, "num_columns": -1, "dtype": 3}),
     ("eye", [], {"num_rows": 0, "num_columns": 2, "dtype": 5}),
