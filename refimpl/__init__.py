@@ -3,7 +3,18 @@
 ``import refimpl as paddle`` gives the legacy static API shape:
 ``paddle.static.Program``, ``paddle.static.nn.fc``, ``paddle.optimizer.SGD``,
 ``paddle.static.Executor`` ... See README.md for the map of modules.
+``python -m refimpl.compat script.py`` runs an unmodified Paddle script with
+``import paddle`` mapped here (``refimpl/compat.py``, docs/compat.md).
+
+Mirrors ``python/paddle/__init__.py``: the top-level names, ``paddle.base``,
+``paddle.framework``, and ``paddle.distributed`` (with ``fleet``) reachable as
+an attribute. ``distributed`` sits above this package in the layering
+(``tests/test_layering.py``), so it is imported by name at the end of this
+module. A Paddle name refimpl lacks raises Unimplemented naming it
+(``paddle.xyz``), never a bare AttributeError.
 """
+import importlib
+
 from . import core, flags as _flags_mod, ops  # noqa: F401  (ops registers every op)
 from .core import CPUPlace, CUDAPlace
 from .core.dtypes import convert_dtype
@@ -11,10 +22,18 @@ from .flags import get_flags, set_flags
 from .executor.backend import get_backend, set_backend
 from . import framework, executor, static, tensor, nn, optimizer, incubate, utils
 from . import io  # noqa: F401  (DataLoader.from_generator)
-from .framework import unique_name
+from .framework import unique_name, in_dynamic_mode, enable_static, disable_static
 from .tensor import *  # noqa: F401,F403  (paddle.add, paddle.where ...: every name of refimpl.tensor's __all__)
-from .static.layer_helper import ParamAttr
+from .static.layer_helper import LayerHelper, ParamAttr
+from .static.input import create_parameter  # noqa: F401  (paddle.create_parameter is static's)
 from . import regularizer  # noqa: F401
+
+# paddle.framework's names that live above refimpl.framework's layer
+framework.ParamAttr = ParamAttr
+framework.LayerHelper = LayerHelper
+
+from . import base  # noqa: E402  (paddle.base: re-exports of the modules above)
+from .base import is_compiled_with_cuda  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -28,14 +47,17 @@ def seed(n):
     _random.seed(n)
 
 
-def enable_static():
-    """Static mode is the only mode; kept for API compatibility."""
+# ``import paddle`` makes ``paddle.distributed.fleet`` reachable; distributed sits above this package
+# in the layering (tests/test_layering.py), so it is bound here by name, once everything below is set up.
+importlib.import_module(f"{__name__}.distributed.fleet")
+# paddle.base.DatasetFactory (the legacy factory of paddle.distributed's data sets), bound the same way
+base.DatasetFactory = importlib.import_module(f"{__name__}.distributed.fleet.dataset.factory").DatasetFactory
 
+__getattr__ = framework.namespace_getattr(__name__)
 
-def disable_static():
-    from .core.errors import Unimplemented
-    raise Unimplemented("refimpl implements the static graph only (no dygraph mode)")
-
-
-def in_dynamic_mode():
-    return False
+# The other namespaces Paddle scripts use answer a missing name the same way (unless they define their own).
+for _name in ("nn", "nn.functional", "nn.initializer", "optimizer", "optimizer.lr", "tensor", "utils",
+              "regularizer", "static.nn", "static.io", "incubate.optimizer", "distributed", "distributed.fleet"):
+    _module = importlib.import_module(f"{__name__}.{_name}")
+    vars(_module).setdefault("__getattr__", framework.namespace_getattr(_module.__name__))
+del _name, _module

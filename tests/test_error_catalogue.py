@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 import refimpl as paddle
+
+paddle.enable_static()  # (role makers check Gloo only in static mode, as Paddle's)
 import refimpl.distributed as dist
 from refimpl.core import errors
 from refimpl.core.errors import (EnforceNotMet, ExecutionTimeout, InvalidArgument, NotFound,

@@ -15,11 +15,11 @@ its own and lower ranks only):
 4. ``executor``, ``io``, ``cuda_backend`` (``cuda_backend`` imports only
    ``core``, ``flags``, ``ops``, itself and ``refimpl.executor.garbage_collector``,
    the collector it extends; the executor loads it lazily, inside functions)
-5. ``static``, ``tensor``, ``nn``, ``optimizer``, ``incubate``, ``utils``, ``regularizer``
-   (the user API; they import one another)
+5. ``static``, ``tensor``, ``nn``, ``optimizer``, ``incubate``, ``utils``, ``regularizer``,
+   ``base`` (the user API; they import one another; ``base`` only re-exports)
 6. ``refimpl``     (the package: ``import refimpl as paddle``)
 7. ``distributed``, ``viz``
-8. ``demo``, ``schedule_cli``, ``cli``
+8. ``demo``, ``schedule_cli``, ``cli``, ``compat`` (the ``import paddle`` hook)
 
 :data:`KNOWN_UPWARD` lists the imports that still break this order; each
 must still exist (remove it from the list once the import is gone).
@@ -39,7 +39,8 @@ PACKAGES = ("refimpl", "cuda_backend")
 RANK = {"core": 0, "flags": 1, "ops": 2, "framework": 3,
         "executor": 4, "io": 4, "cuda_backend": 4,
         "static": 5, "tensor": 5, "nn": 5, "optimizer": 5, "incubate": 5, "utils": 5, "regularizer": 5,
-        "refimpl": 6, "distributed": 7, "viz": 7, "demo": 8, "schedule_cli": 8, "cli": 8}
+        "base": 5,
+        "refimpl": 6, "distributed": 7, "viz": 7, "demo": 8, "schedule_cli": 8, "cli": 8, "compat": 8}
 
 # (importing module, imported layer) pairs that break the order today.
 KNOWN_UPWARD = {

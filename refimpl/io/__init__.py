@@ -8,5 +8,8 @@ Python generator through a bounded multi-device blocking queue
 """
 from .blocking_queue import BlockingQueue, EOFException
 from .dataloader import DataLoader, GeneratorLoader
+from refimpl.framework import namespace_getattr
 
 __all__ = ["DataLoader", "GeneratorLoader", "BlockingQueue", "EOFException"]
+
+__getattr__ = namespace_getattr(__name__)   # a paddle.io name refimpl lacks: Unimplemented naming it

@@ -3,11 +3,13 @@ from refimpl.core.place import CPUPlace, CUDAPlace
 from refimpl.core.scope import Scope, global_scope, scope_guard
 from refimpl.executor import Executor
 from refimpl.framework import (Operator, Parameter, Program, Variable, default_main_program,
-                               default_startup_program, device_guard, name_scope, program_guard)
+                               default_startup_program, device_guard, name_scope, namespace_getattr,
+                               program_guard)
 
 from . import nn
 from .backward import append_backward, gradients
 from .input import create_global_var, create_parameter, data
+from .input_spec import InputSpec
 from .layer_helper import ParamAttr
 from .metric import *  # noqa: F401,F403
 from .control_flow import cond
@@ -15,3 +17,5 @@ from .control_flow import cond
 nn.cond = cond  # type: ignore[attr-defined]  # paddle.static.nn.cond; defined in control_flow.py
 from .compiled_program import BuildStrategy, CompiledProgram, cpu_places
 from .io import load, load_inference_model, load_persistables, save, save_inference_model, save_persistables
+
+__getattr__ = namespace_getattr(__name__)   # a paddle.static name refimpl lacks: Unimplemented naming it
