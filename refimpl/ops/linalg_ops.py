@@ -1,22 +1,114 @@
-"""Linear-algebra ops: bmm (+ grad).
+"""Linear-algebra ops: matmul_v2 and bmm (+ grads).
 
-Mirrors Paddle's ``bmm`` (``paddle/phi/kernels/impl/bmm_kernel_impl.h``,
+``matmul_v2`` mirrors Paddle's op (``paddle/phi/kernels/impl/matmul_kernel_impl.h``,
+``matmul_grad_kernel_impl.h``): batch dims broadcast, ``trans_x`` / ``trans_y`` swap the last two dims,
+a 1-D operand is a row (X) or column (Y) whose dim is dropped from Out. When Y is a matrix and X has
+batch dims (and is not transposed), Out and X@GRAD are one 2-D product each, of X's (Out@GRAD's) rows
+folded into one matrix: each output is the same dot product as batch by batch (bit for bit for
+the small, in-order products; BLAS may round large ones differently in the last bit). Y@GRAD stays a
+product per batch, then a sum over the batch: summing all rows in one product instead changes the last
+bits, and with those the zoo's 02_gpt_mini no longer gives Paddle's losses bit for bit.
+
+``bmm`` mirrors Paddle's ``bmm`` (``paddle/phi/kernels/impl/bmm_kernel_impl.h``,
 ``bmm_grad_kernel_impl.h``; shapes as ``BmmInferMeta`` in
 ``paddle/phi/infermeta/binary.cc``): X ``[B, M, K]`` times Y ``[B, K, N]``, batch by batch, with
 no broadcasting; any other shapes are an InvalidArgument naming both (at build time, where the
 dims are known). The grads are ``Out@GRAD @ Y^T`` and ``X^T @ Out@GRAD``, multiplied with
 ``math_ops.mm`` as matmul_v2's are (the same in-order sums for small products).
 """
+import math
+
 import numpy as np
 
 from refimpl.core.errors import InvalidArgument
 
-from .common import first, grads_like
+from .common import broadcast_shape, first, grads_like, reduce_to
 from .grad_maker import simple_grad
 from .math_ops import mm
 from .registry import register_op
 
 
+# ---- matmul_v2 ------------------------------------------------------------
+def _matmul_infer(ins, attrs):
+    (xs, dt), (ys, _) = first(ins, "X"), first(ins, "Y")
+    xs, ys = list(xs), list(ys)
+    x1, y1 = len(xs) == 1, len(ys) == 1
+    if x1:
+        xs = [1] + xs
+    if y1:
+        ys = ys + [1]
+    if attrs["trans_x"]:
+        xs[-1], xs[-2] = xs[-2], xs[-1]
+    if attrs["trans_y"]:
+        ys[-1], ys[-2] = ys[-2], ys[-1]
+    if -1 not in (xs[-1], ys[-2]) and xs[-1] != ys[-2]:
+        raise InvalidArgument(f"matmul_v2: X's last dim {xs[-1]} differs from Y's second-to-last {ys[-2]} "
+                              f"(shapes {list(first(ins, 'X')[0])} and {list(first(ins, 'Y')[0])}, "
+                              f"trans_x={attrs['trans_x']}, trans_y={attrs['trans_y']})")
+    try:
+        batch = broadcast_shape(xs[:-2], ys[:-2])
+    except ValueError:
+        raise InvalidArgument(f"matmul_v2: the batch dims of X {list(first(ins, 'X')[0])} and Y "
+                              f"{list(first(ins, 'Y')[0])} do not broadcast") from None
+    out = list(batch) + [xs[-2], ys[-1]]
+    if x1:
+        out.pop(-2)
+    if y1:
+        out.pop(-1)
+    return {"Out": (tuple(out), dt)}
+
+
+def _t(a, flag):
+    return a.swapaxes(-1, -2) if flag and a.ndim > 1 else a  # a vector has no transpose (Paddle ignores it)
+
+
+def _folded(x, y, trans_x):
+    """Whether ``x @ y`` is one product of x's rows folded into a matrix (y a matrix, x batched, not transposed)."""
+    return y.ndim == 2 and x.ndim >= 3 and not trans_x
+
+
+def _rows(a):
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
+
+
+@register_op("matmul_v2", ["X", "Y"], ["Out"], {"trans_x": False, "trans_y": False},
+             infer_shape=_matmul_infer,
+             grad=simple_grad("matmul_v2_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"]))
+def matmul_v2(X, Y, *, trans_x, trans_y):
+    """A vector X (Y) is a one-row (one-column) matrix whose dim is dropped from Out."""
+    x = X[None, :] if X.ndim == 1 else _t(X, trans_x)
+    y = Y[:, None] if Y.ndim == 1 else _t(Y, trans_y)
+    out = mm(_rows(x), y).reshape(x.shape[:-1] + y.shape[-1:]) if _folded(x, y, trans_x) else mm(x, y)
+    if X.ndim == 1:
+        out = out[..., 0, :]
+    if Y.ndim == 1:
+        out = out[..., 0]
+    return out
+
+
+@register_op("matmul_v2_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"],
+             {"trans_x": False, "trans_y": False}, infer_shape=grads_like(**{"X@GRAD": "X", "Y@GRAD": "Y"}))
+def matmul_v2_grad(X, Y, dOut, *, trans_x, trans_y, need):
+    """A 1-D X (Y) is a row (column) whose dim is missing from Out; put it back, then drop it from the grad."""
+    x, y, d = X, Y, dOut
+    trans_x, trans_y = trans_x and X.ndim > 1, trans_y and Y.ndim > 1
+    if y.ndim == 1:
+        y, d = y[:, None], d[..., None]
+    if x.ndim == 1:
+        x, d = x[None, :], d[..., None, :]
+    dx = dy = None
+    if need[0] and _folded(x, y, trans_x):
+        dx = mm(_rows(d), y if trans_y else y.T).reshape(X.shape)
+    elif need[0]:
+        dx = mm(d, _t(y, not trans_y)) if not trans_x else mm(_t(y, trans_y), _t(d, True))
+        dx = reduce_to(dx, x.shape).reshape(X.shape)
+    if need[1]:
+        dy = mm(_t(x, not trans_x), d) if not trans_y else mm(_t(d, True), _t(x, trans_x))
+        dy = reduce_to(dy, y.shape).reshape(Y.shape)
+    return dx, dy
+
+
+# ---- bmm ------------------------------------------------------------------
 def check_bmm_shapes(xs, ys) -> None:
     """BmmInferMeta's checks; -1 (unknown) matches anything."""
     xs, ys = list(xs), list(ys)

@@ -1,4 +1,4 @@
-"""Arithmetic ops: mul, matmul_v2, elementwise_*, scale, sum, reduce_*.
+"""Arithmetic ops: mul, elementwise_*, scale, sum, reduce_* (matmul_v2 is in ``linalg_ops``).
 
 Each op mirrors the Paddle op of the same name: the same slots, attrs with
 the same defaults, the same grad ops and no-need-buffer slots. Kernels are
@@ -119,75 +119,6 @@ def mul_grad(X, Y, dOut, *, x_num_col_dims, y_num_col_dims, need):
     d2 = dOut.reshape(x2.shape[0], y2.shape[1])
     dx = mm(d2, y2.T).reshape(X.shape) if need[0] else None
     dy = mm(x2.T, d2).reshape(Y.shape) if need[1] else None
-    return dx, dy
-
-
-# ---- matmul_v2 ------------------------------------------------------------
-def _matmul_infer(ins, attrs):
-    (xs, dt), (ys, _) = first(ins, "X"), first(ins, "Y")
-    xs, ys = list(xs), list(ys)
-    x1, y1 = len(xs) == 1, len(ys) == 1
-    if x1:
-        xs = [1] + xs
-    if y1:
-        ys = ys + [1]
-    if attrs["trans_x"]:
-        xs[-1], xs[-2] = xs[-2], xs[-1]
-    if attrs["trans_y"]:
-        ys[-1], ys[-2] = ys[-2], ys[-1]
-    if -1 not in (xs[-1], ys[-2]) and xs[-1] != ys[-2]:
-        raise InvalidArgument(f"matmul_v2: X's last dim {xs[-1]} differs from Y's second-to-last {ys[-2]} "
-                              f"(shapes {list(first(ins, 'X')[0])} and {list(first(ins, 'Y')[0])}, "
-                              f"trans_x={attrs['trans_x']}, trans_y={attrs['trans_y']})")
-    try:
-        batch = broadcast_shape(xs[:-2], ys[:-2])
-    except ValueError:
-        raise InvalidArgument(f"matmul_v2: the batch dims of X {list(first(ins, 'X')[0])} and Y "
-                              f"{list(first(ins, 'Y')[0])} do not broadcast") from None
-    out = list(batch) + [xs[-2], ys[-1]]
-    if x1:
-        out.pop(-2)
-    if y1:
-        out.pop(-1)
-    return {"Out": (tuple(out), dt)}
-
-
-def _t(a, flag):
-    return a.swapaxes(-1, -2) if flag and a.ndim > 1 else a  # a vector has no transpose (Paddle ignores it)
-
-
-@register_op("matmul_v2", ["X", "Y"], ["Out"], {"trans_x": False, "trans_y": False},
-             infer_shape=_matmul_infer,
-             grad=simple_grad("matmul_v2_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"]))
-def matmul_v2(X, Y, *, trans_x, trans_y):
-    """A vector X (Y) is a one-row (one-column) matrix whose dim is dropped from Out."""
-    x = X[None, :] if X.ndim == 1 else _t(X, trans_x)
-    y = Y[:, None] if Y.ndim == 1 else _t(Y, trans_y)
-    out = mm(x, y)
-    if X.ndim == 1:
-        out = out[..., 0, :]
-    if Y.ndim == 1:
-        out = out[..., 0]
-    return out
-
-
-@register_op("matmul_v2_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"],
-             {"trans_x": False, "trans_y": False}, infer_shape=grads_like(**{"X@GRAD": "X", "Y@GRAD": "Y"}))
-def matmul_v2_grad(X, Y, dOut, *, trans_x, trans_y, need):
-    """A 1-D X (Y) is a row (column) whose dim is missing from Out; put it back, then drop it from the grad."""
-    x, y, d = X, Y, dOut
-    trans_x, trans_y = trans_x and X.ndim > 1, trans_y and Y.ndim > 1
-    if y.ndim == 1:
-        y, d = y[:, None], d[..., None]
-    if x.ndim == 1:
-        x, d = x[None, :], d[..., None, :]
-    dx = dy = None
-    if need[0]:
-        dx = mm(d, _t(y, not trans_y)) if not trans_x else mm(_t(y, trans_y), _t(d, True))
-        dx = reduce_to(dx, x.shape).reshape(X.shape)
-    if need[1]:
-        dy = mm(_t(x, not trans_x), d) if not trans_y else mm(_t(d, True), _t(x, trans_x))
-        dy = reduce_to(dy, y.shape).reshape(Y.shape)
     return dx, dy
 
 
