@@ -17,7 +17,7 @@ program-debugging helpers (``_params_check``, ``_proto_check``,
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, TYPE_CHECKING
+from typing import Any, Dict, List, Optional, TYPE_CHECKING, cast
 
 from .compat_errors import InvalidArgumentAssertion, InvalidArgumentType
 
@@ -32,8 +32,8 @@ class UtilBase:
     """Distributed helpers answering through ``self.role_maker`` (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.role_maker = None
-        self.dist_strategy = None
+        self.role_maker: Optional[RoleMakerBase] = None
+        self.dist_strategy: Optional[DistributedStrategy] = None
 
     def _set_strategy(self, dist_strategy: Optional[DistributedStrategy]) -> None:
         self.dist_strategy = dist_strategy
@@ -47,36 +47,45 @@ class UtilBase:
             raise InvalidArgumentAssertion("fs_client must be the instance of paddle.distributed.fleet.utils.FS")
         self.fs_client = fs_client
 
+    def _role(self, attr: str) -> RoleMakerBase:
+        """``self.role_maker``; unset, the AttributeError that using None's ``attr`` would raise."""
+        role_maker = self.role_maker
+        if role_maker is None:
+            raise AttributeError(f"'NoneType' object has no attribute {attr!r}")
+        return role_maker
+
     def all_reduce(self, input: Any, mode: str = "sum", comm_world: str = "worker") -> Any:
         """``input`` reduced over ``comm_world`` (``mode``: sum, min or max)."""
         if isinstance(input, tuple):
             input = list(input)
-        return self.role_maker._all_reduce(input, mode, comm_world)
+        return self._role("_all_reduce")._all_reduce(input, mode, comm_world)
 
     def barrier(self, comm_world: str = "worker") -> None:
         """Wait for every member of ``comm_world``."""
-        self.role_maker._barrier(comm_world)
+        self._role("_barrier")._barrier(comm_world)
 
     def all_gather(self, input: Any, comm_world: str = "worker") -> Any:
         """Every member's ``input`` (a list; a lone worker gets ``input`` back)."""
-        return self.role_maker._all_gather(input, comm_world)
+        return self._role("_all_gather")._all_gather(input, comm_world)
 
     def get_file_shard(self, files: List[str]) -> List[str]:
         """This worker's block of ``files``: [a, b, c, d, e] over 2 workers gives [a, b, c] and [d, e]."""
         if not isinstance(files, list):
             raise InvalidArgumentType("files should be a list of file need to be read.")
-        return _blocks(files, self.role_maker._worker_num())[self.role_maker._worker_index()]
+        role_maker = self._role("_worker_num")
+        return _blocks(files, role_maker._worker_num())[role_maker._worker_index()]
 
     def get_heter_file_shard(self, files: List[str]) -> List[str]:
         """As :meth:`get_file_shard`, for a heter worker (its index counts after the workers')."""
         if not isinstance(files, list):
             raise InvalidArgumentType("files should be a list of file need to be read.")
-        trainers = self.role_maker._worker_num()
-        return _blocks(files, trainers)[self.role_maker._worker_index() - trainers]
+        role_maker = self._role("_worker_num")
+        trainers = role_maker._worker_num()
+        return _blocks(files, trainers)[role_maker._worker_index() - trainers]
 
     def print_on_rank(self, message: str, rank_id: int) -> None:
         """Print ``message`` on worker ``rank_id`` only."""
-        if self.role_maker._worker_index() == rank_id:
+        if self._role("_worker_index")._worker_index() == rank_id:
             print(message)
 
 
@@ -98,7 +107,9 @@ class FleetUtil(UtilBase):
 
     @property
     def role_maker(self) -> Optional[RoleMakerBase]:
-        return self._fleet._role_maker if self._role_maker is _UNSET else self._role_maker
+        if self._role_maker is _UNSET:
+            return self._fleet._role_maker
+        return cast(Optional["RoleMakerBase"], self._role_maker)  # set by the setter below
 
     @role_maker.setter
     def role_maker(self, role_maker: Optional[RoleMakerBase]) -> None:
@@ -107,7 +118,7 @@ class FleetUtil(UtilBase):
     @property
     def dist_strategy(self) -> Optional[DistributedStrategy]:
         if self._strategy is not _UNSET:
-            return self._strategy
+            return cast(Optional["DistributedStrategy"], self._strategy)  # set by the setter below
         minimized = self._fleet._distributed_optimizer  # after minimize: the strategy it applied (Paddle's)
         if minimized is not None and minimized._final is not None:
             return minimized._final

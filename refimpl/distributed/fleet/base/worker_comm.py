@@ -11,7 +11,7 @@ wrong sum).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplement
 
 class WorkerComm:
     """``_barrier`` / ``_all_reduce`` / ``_all_gather`` for a role maker that has ``_worker_num()``."""
+
+    # given by the role maker this is mixed into (declared only: a method here would shadow the role maker's)
+    _worker_num: Callable[[], int]
 
     def _worker_comm(self, comm_world: str) -> Optional[Any]:
         """The communicator of the workers; None for a lone worker in a plain process (Paddle: no Gloo)."""

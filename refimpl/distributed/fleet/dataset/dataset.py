@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -153,7 +153,8 @@ class DatasetBase:
 class QueueDataset(DatasetBase):
     """Streams its files: reader i of n reads files i, i + n, ... in turn."""
 
-    def init(self, **kwargs: Any) -> None:
+    # Paddle's QueueDataset.init takes keywords only, narrowing DatasetBase.init: kept as Paddle's API
+    def init(self, **kwargs: Any) -> None:  # type: ignore[override]  # as Paddle's
         unknown = set(kwargs) - set(_BASE_SETTINGS)
         if unknown:
             raise InvalidArgument(f"QueueDataset.init: unknown settings {sorted(unknown)} (known: "
@@ -180,7 +181,8 @@ class InMemoryDataset(DatasetBase):
         self._preload: Optional[threading.Thread] = None
         self._preload_error: Optional[BaseException] = None
 
-    def init(self, **kwargs: Any) -> None:
+    # Paddle's InMemoryDataset.init takes keywords only (and more of them), narrowing DatasetBase.init
+    def init(self, **kwargs: Any) -> None:  # type: ignore[override]  # as Paddle's
         unknown = set(kwargs) - set(_BASE_SETTINGS) - set(_IN_MEMORY_EXTRA)
         if unknown:
             raise InvalidArgument(f"InMemoryDataset.init: unknown settings {sorted(unknown)} (known: "
@@ -189,9 +191,11 @@ class InMemoryDataset(DatasetBase):
 
     def update_settings(self, **kwargs: Any) -> None:
         """Change some settings after ``init`` (the same names)."""
-        setters = {"batch_size": self._set_batch_size, "thread_num": self._set_thread,
-                   "use_var": self._set_use_var, "pipe_command": self._set_pipe_command,
-                   "input_type": self._set_input_type}
+        setters: Dict[str, Callable[[Any], None]] = {"batch_size": self._set_batch_size,
+                                                     "thread_num": self._set_thread,
+                                                     "use_var": self._set_use_var,
+                                                     "pipe_command": self._set_pipe_command,
+                                                     "input_type": self._set_input_type}
         for key, value in kwargs.items():
             if key in setters:
                 setters[key](value)

@@ -20,8 +20,8 @@ from . import dataset as _fleet
 __all__ = ["DatasetFactory"]
 
 
-class _LegacySetters:
-    """The public setters of Paddle's ``base.dataset.DatasetBase``."""
+class _LegacySetters(_fleet.DatasetBase):
+    """The public setters of Paddle's ``base.dataset.DatasetBase`` (a mixin before a 2.x data set)."""
 
     def set_pipe_command(self, pipe_command: str) -> None:
         self._set_pipe_command(pipe_command)

@@ -23,7 +23,7 @@ import os
 import shlex
 import subprocess
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Sequence, Tuple, Type, TypeVar
 
 import numpy as np
 
@@ -37,6 +37,7 @@ PIPE_TIMEOUT_S = 600.0
 _SHELL_OPERATORS = {"|", "||", "&", "&&", ";", ">", ">>", "<", "2>", "2>&1"}
 
 Instance = Tuple[np.ndarray, ...]
+_N = TypeVar("_N", int, float)  # what _number parses a token as
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def parse_line(line: str, slots: Sequence[Slot], where: str) -> Instance:
     return tuple(values)
 
 
-def _number(token: str, kind: type, where: str, what: str):
+def _number(token: str, kind: Type[_N], where: str, what: str) -> _N:
     try:
         return kind(token)
     except ValueError:

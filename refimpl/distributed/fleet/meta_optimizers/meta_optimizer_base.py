@@ -57,7 +57,7 @@ class MetaOptimizerBase(Optimizer):
     def _enable_strategy(self, dist_strategy: Any, context: Optional[dict] = None) -> None:
         raise Unimplemented(f"you should implement enable strategy in {type(self).__name__}")
 
-    def apply_gradients(self, params_grads: ParamsGrads) -> List[Operator]:
+    def apply_gradients(self, params_grads: Sequence[Tuple[Parameter, Variable]]) -> List[Operator]:
         return self.inner_opt.apply_gradients(params_grads)
 
     def backward(self, loss: Variable, startup_program: Optional[Program] = None,
@@ -66,7 +66,7 @@ class MetaOptimizerBase(Optimizer):
         return self.inner_opt.backward(loss, startup_program, parameter_list, no_grad_set, callbacks)
 
     def apply_optimize(self, loss: Variable, startup_program: Optional[Program],
-                       params_grads: ParamsGrads) -> List[Operator]:
+                       params_grads: Sequence[Tuple[Parameter, Variable]]) -> List[Operator]:
         return self.inner_opt._apply_optimize(loss, startup_program=startup_program, params_grads=params_grads)
 
     _apply_optimize = apply_optimize

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, List, Tuple
+from typing import Any, List, NoReturn, Optional, Tuple
 
 from refimpl.core.errors import Unimplemented
 
@@ -43,24 +43,25 @@ class FSShellCmdAborted(ExecuteError):
 class FS:
     """The file-system interface fleet utilities take (every method is abstract)."""
 
-    def _abstract(self, name):
+    def _abstract(self, name: str) -> NoReturn:
         raise NotImplementedError(f"{type(self).__name__}.{name} is not implemented")
 
-    def ls_dir(self, fs_path): self._abstract("ls_dir")
-    def is_file(self, fs_path): self._abstract("is_file")
-    def is_dir(self, fs_path): self._abstract("is_dir")
-    def is_exist(self, fs_path): self._abstract("is_exist")
-    def upload(self, local_path, fs_path): self._abstract("upload")
-    def download(self, fs_path, local_path): self._abstract("download")
-    def mkdirs(self, fs_path): self._abstract("mkdirs")
-    def delete(self, fs_path): self._abstract("delete")
-    def need_upload_download(self): self._abstract("need_upload_download")
-    def rename(self, fs_src_path, fs_dst_path): self._abstract("rename")
-    def mv(self, fs_src_path, fs_dst_path, overwrite=False, test_exists=False): self._abstract("mv")
-    def upload_dir(self, local_dir, dest_dir): self._abstract("upload_dir")
-    def list_dirs(self, fs_path): self._abstract("list_dirs")
-    def touch(self, fs_path, exist_ok=True): self._abstract("touch")
-    def cat(self, fs_path=None): self._abstract("cat")
+    def ls_dir(self, fs_path: str) -> Tuple[List[str], List[str]]: self._abstract("ls_dir")
+    def is_file(self, fs_path: str) -> bool: self._abstract("is_file")
+    def is_dir(self, fs_path: str) -> bool: self._abstract("is_dir")
+    def is_exist(self, fs_path: str) -> bool: self._abstract("is_exist")
+    def upload(self, local_path: str, fs_path: str) -> None: self._abstract("upload")
+    def download(self, fs_path: str, local_path: str) -> None: self._abstract("download")
+    def mkdirs(self, fs_path: str) -> None: self._abstract("mkdirs")
+    def delete(self, fs_path: str) -> None: self._abstract("delete")
+    def need_upload_download(self) -> bool: self._abstract("need_upload_download")
+    def rename(self, fs_src_path: str, fs_dst_path: str) -> None: self._abstract("rename")
+    def mv(self, fs_src_path: str, fs_dst_path: str, overwrite: bool = False,
+           test_exists: bool = False) -> None: self._abstract("mv")
+    def upload_dir(self, local_dir: str, dest_dir: str) -> None: self._abstract("upload_dir")
+    def list_dirs(self, fs_path: str) -> List[str]: self._abstract("list_dirs")
+    def touch(self, fs_path: str, exist_ok: bool = True) -> None: self._abstract("touch")
+    def cat(self, fs_path: Optional[str] = None) -> str: self._abstract("cat")
 
 
 class LocalFS(FS):
