@@ -99,7 +99,7 @@ def test_variable_clone_appends_assign():
 
 def test_get_value_set_value_and_state_dict():
     main, startup = paddle.static.Program(), paddle.static.Program()
-    with paddle.static.program_guard(main, startup):
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
         x = paddle.static.data("x", [None, 4], "float32")
         loss = paddle.mean(paddle.static.nn.fc(x, 2))
         paddle.optimizer.SGD(0.1).minimize(loss)

@@ -134,7 +134,8 @@ class Block:
             param = Parameter(glob, name, shape, dtype, **kwargs)
             glob.vars[name] = param
             self.program._bump()
-        if initializer is not None and not self._init_ops_of(name):
+        # (a new name has no initialiser yet; only a parameter created again is looked for in the ops)
+        if initializer is not None and (old is None or not self._init_ops_of(name)):
             stop_gradient = param.stop_gradient
             initializer(param, self)
             param.stop_gradient = stop_gradient
