@@ -1,4 +1,4 @@
-"""Creation: full, zeros, ones, arange, full_like, zeros_like, ones_like, tril, triu, assign.
+"""Creation: full, zeros, ones, arange, eye, full_like, zeros_like, ones_like, tril, triu, assign.
 
 Mirrors the legacy static branch of ``python/paddle/tensor/creation.py`` as
 Paddle 2.6.2 runs it (the recorded reference: 3.3.1 binds ``tril`` and others
@@ -10,8 +10,8 @@ straight to PIR-only C++ functions). Names follow 2.6.2's helpers:
 - ``tril`` / ``triu`` pass their ``name=None`` to the helper, which fills it
   in, so the output is named after the helper itself (``tril_0``).
 
-Not here: ``eye`` and ``empty`` (no ``eye`` / ``empty`` op in the registry);
-shapes given as Variables (``ShapeTensor``), which refimpl does not build.
+Not here: ``empty`` (no ``empty`` op in the registry); shapes given as
+Variables (``ShapeTensor``), which refimpl does not build.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from refimpl.framework.program import device_guard
 from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
 
-from .math import _var
+from .math import check_variable
 
 __all__ = ['arange', 'assign', 'eye', 'fill_constant', 'full', 'full_like', 'ones', 'ones_like', 'tril', 'triu',
            'zeros', 'zeros_like']
@@ -121,7 +121,7 @@ def arange(start: Any = 0, end: Any = None, step: Any = 1, dtype: Any = None,
 
 def full_like(x: Variable, fill_value: Any, dtype: Any = None, name: Optional[str] = None) -> Variable:
     """``fill_any_like`` (helper ``full_like``), a stop_gradient output of x's shape."""
-    _var(x, "full_like")
+    check_variable(x, "full_like")
     _number(fill_value, "full_like", "fill_value")
     dtype = _dtype(dtype, "full_like", default=x.dtype)
     helper = LayerHelper("full_like", name=name)
@@ -141,7 +141,7 @@ def ones_like(x: Variable, dtype: Any = None, name: Optional[str] = None) -> Var
 
 
 def _tril_triu(api: str, x: Variable, diagonal: int, name: Optional[str]) -> Variable:
-    _var(x, api)
+    check_variable(x, api)
     if not isinstance(diagonal, int) or isinstance(diagonal, bool):
         raise InvalidArgument(f"{api}: argument 'diagonal' must be an int, got {diagonal!r}")
     if x.shape is not None and len(x.shape) < 2:

@@ -15,11 +15,11 @@ from __future__ import annotations
 from typing import Any, List, Optional, Sequence
 
 from refimpl.core.dtypes import convert_dtype, to_vartype
-from refimpl.core.errors import InvalidArgument
+from refimpl.core.errors import InvalidArgument, Unimplemented
 from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
 
-from .math import _var
+from .math import check_variable
 
 __all__ = ['broadcast_to', 'cast', 'concat', 'expand', 'flatten', 'gather', 'gather_nd', 'reshape', 'slice',
            'split', 'squeeze', 'stack', 'tile', 'transpose', 'unsqueeze']
@@ -47,7 +47,7 @@ def _rank(x: Variable) -> int:
 def _with_xshape(api: str, helper_name: str, op_type: str, x: Variable, attrs: dict, name: Optional[str],
                  inputs: Optional[dict] = None) -> Variable:
     """An op with ``Out`` and ``XShape`` outputs (reshape2, squeeze2, unsqueeze2, flatten, transpose2)."""
-    _var(x, api)
+    check_variable(x, api)
     helper = LayerHelper(helper_name, name=name)
     out = helper.create_variable_for_type_inference(x.dtype)
     xshape = helper.create_variable_for_type_inference(x.dtype)
@@ -57,7 +57,7 @@ def _with_xshape(api: str, helper_name: str, op_type: str, x: Variable, attrs: d
 
 
 def reshape(x: Variable, shape: Sequence[int], name: Optional[str] = None) -> Variable:
-    _var(x, "reshape")
+    check_variable(x, "reshape")
     if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) for d in shape):
         raise InvalidArgument(f"reshape: shape must be a list of ints, got {shape!r}")
     return _with_xshape("reshape", "reshape2", "reshape2", x, {"shape": list(shape)}, name,
@@ -65,7 +65,7 @@ def reshape(x: Variable, shape: Sequence[int], name: Optional[str] = None) -> Va
 
 
 def transpose(x: Variable, perm: Sequence[int], name: Optional[str] = None) -> Variable:
-    _var(x, "transpose")
+    check_variable(x, "transpose")
     if sorted(perm) != list(range(len(x.shape))):
         raise InvalidArgument(f"transpose: perm {list(perm)} is not a permutation of {len(x.shape)} dims")
     return _with_xshape("transpose", "transpose", "transpose2", x, {"axis": list(perm)}, name)
@@ -73,7 +73,7 @@ def transpose(x: Variable, perm: Sequence[int], name: Optional[str] = None) -> V
 
 def flatten(x: Variable, start_axis: int = 0, stop_axis: int = -1, name: Optional[str] = None) -> Variable:
     """``flatten_contiguous_range`` with both axes made non-negative (helper ``flatten``)."""
-    _var(x, "flatten")
+    check_variable(x, "flatten")
     rank = _rank(x)
     for arg, axis in (("start_axis", start_axis), ("stop_axis", stop_axis)):
         if not isinstance(axis, int) or isinstance(axis, bool):
@@ -89,7 +89,7 @@ def flatten(x: Variable, start_axis: int = 0, stop_axis: int = -1, name: Optiona
 
 def squeeze(x: Variable, axis: Any = None, name: Optional[str] = None) -> Variable:
     """``squeeze2`` (helper ``squeeze``); axis None squeezes every dim of size 1."""
-    _var(x, "squeeze")
+    check_variable(x, "squeeze")
     axes = [] if axis is None else _ints(axis, "squeeze", "axis")
     for a in axes:
         _check_axis("squeeze", "axis", a, _rank(x))
@@ -98,7 +98,7 @@ def squeeze(x: Variable, axis: Any = None, name: Optional[str] = None) -> Variab
 
 def unsqueeze(x: Variable, axis: Any, name: Optional[str] = None) -> Variable:
     """``unsqueeze2``; each axis is checked against the rank grown by the axes before it, as Paddle's InferShape."""
-    _var(x, "unsqueeze")
+    check_variable(x, "unsqueeze")
     axes = _ints(axis, "unsqueeze", "axis")
     rank = _rank(x)
     for a in axes:
@@ -112,7 +112,7 @@ def unsqueeze(x: Variable, axis: Any, name: Optional[str] = None) -> Variable:
 def concat(x, axis=0, name=None):  # no hints: typed callers apply operators to it that mypy cannot see
     xs = list(x)
     for v in xs:
-        _var(v, "concat")
+        check_variable(v, "concat")
     helper = LayerHelper("concat", name=name)
     out = helper.create_variable_for_type_inference(xs[0].dtype)
     helper.append_op(type="concat", inputs={"X": xs}, outputs={"Out": [out]}, attrs={"axis": axis})
@@ -122,7 +122,7 @@ def concat(x, axis=0, name=None):  # no hints: typed callers apply operators to 
 def stack(x: Sequence[Variable], axis: int = 0, name: Optional[str] = None) -> Variable:
     if isinstance(x, Variable) or not isinstance(x, (list, tuple)) or not x:
         raise InvalidArgument(f"stack: argument 'x' must be a non-empty list of Variables, got {type(x).__name__}")
-    xs = [_var(v, "stack") for v in x]
+    xs = [check_variable(v, "stack") for v in x]
     shapes = {tuple(v.shape) for v in xs if v.shape is not None}
     if len(shapes) > 1:
         raise InvalidArgument(f"stack: every input must have the same shape, got {sorted(shapes)}")
@@ -134,20 +134,59 @@ def stack(x: Sequence[Variable], axis: int = 0, name: Optional[str] = None) -> V
 
 
 def split(x: Variable, num_or_sections: Any, axis: int = 0, name: Optional[str] = None) -> List[Variable]:
-    _var(x, "split")
-    helper = LayerHelper("split", name=name)
-    if isinstance(num_or_sections, int):
-        num, sections, n = num_or_sections, [], num_or_sections
+    """``split`` into ``num`` equal parts or the given ``sections`` (one may be -1) along ``axis``.
+
+    As 2.6.2's static branch: a negative axis is stored as ``axis + rank``; a known dim must be
+    divisible by ``num`` (> 0), or match the sections (at most one -1, no more sections than the dim).
+    """
+    check_variable(x, "split")
+    if isinstance(axis, Variable):
+        raise Unimplemented(f"split: axis given as the Variable {axis.name!r} (AxisTensor) is not built")
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise InvalidArgument(f"split: argument 'axis' must be an int, got {axis!r}")
+    rank = _rank(x)
+    _check_axis("split", "axis", axis, rank)
+    axis = axis + rank if axis < 0 else axis
+    size = x.shape[axis]
+    if isinstance(num_or_sections, int) and not isinstance(num_or_sections, bool):
+        num, sections = num_or_sections, []
+        if num <= 0:
+            raise InvalidArgument(f"split: num_or_sections must be > 0, got {num} (x {x.name!r})")
+        if size > 0 and size % num:
+            raise InvalidArgument(f"split: dim {axis} of x {x.name!r} (shape {list(x.shape)}) is not divisible by "
+                                  f"num_or_sections = {num}")
+    elif isinstance(num_or_sections, (list, tuple)):
+        num, sections = 0, _ints(list(num_or_sections), "split", "num_or_sections")
+        _check_sections(x, axis, sections)
     else:
-        num, sections, n = 0, list(num_or_sections), len(num_or_sections)
-    outs = [helper.create_variable_for_type_inference(x.dtype) for _ in range(n)]
+        raise InvalidArgument(f"split: num_or_sections must be an int, a list or a tuple, got {num_or_sections!r} "
+                              f"(x {x.name!r})")
+    helper = LayerHelper("split", name=name)
+    outs = [helper.create_variable_for_type_inference(x.dtype) for _ in range(num or len(sections))]
     helper.append_op(type="split", inputs={"X": x}, outputs={"Out": outs},
                      attrs={"num": num, "sections": sections, "axis": axis})
     return outs
 
 
+def _check_sections(x: Variable, axis: int, sections: List[int]) -> None:
+    """Paddle's split checks of a sections list against dim ``axis`` of x (skipped for an unknown dim)."""
+    size = x.shape[axis]
+    where = f"dim {axis} of x {x.name!r} (shape {list(x.shape)})"
+    if sections.count(-1) > 1:
+        raise InvalidArgument(f"split: only one of num_or_sections {sections} may be -1 ({where})")
+    if size < 0:
+        return
+    if len(sections) > size:
+        raise InvalidArgument(f"split: {len(sections)} sections {sections} are more than {where}")
+    known = sum(v for v in sections if v != -1)
+    if -1 in sections and known >= size:
+        raise InvalidArgument(f"split: sections {sections} other than the -1 must add up to less than {where}")
+    if -1 not in sections and known != size:
+        raise InvalidArgument(f"split: sections {sections} must add up to {where}")
+
+
 def cast(x, dtype):  # no hints, as concat
-    _var(x, "cast")
+    check_variable(x, "cast")
     helper = LayerHelper("cast")
     out = helper.create_variable_for_type_inference(convert_dtype(dtype))
     helper.append_op(type="cast", inputs={"X": [x]}, outputs={"Out": [out]},
@@ -156,7 +195,7 @@ def cast(x, dtype):  # no hints, as concat
 
 
 def _expand(api: str, x: Variable, shape: Any, name: Optional[str]) -> Variable:
-    _var(x, api)
+    check_variable(x, api)
     shape = _ints(shape, api, "shape")
     rank = _rank(x)
     if len(shape) < rank:
@@ -180,7 +219,7 @@ def broadcast_to(x: Variable, shape: Sequence[int], name: Optional[str] = None) 
 
 
 def tile(x: Variable, repeat_times: Sequence[int], name: Optional[str] = None) -> Variable:
-    _var(x, "tile")
+    check_variable(x, "tile")
     repeat_times = _ints(repeat_times, "tile", "repeat_times")
     if any(r <= 0 for r in repeat_times):
         raise InvalidArgument(f"tile: every element of 'repeat_times' must be positive, got {repeat_times}")
@@ -192,8 +231,8 @@ def tile(x: Variable, repeat_times: Sequence[int], name: Optional[str] = None) -
 
 def gather(x: Variable, index: Variable, axis: Optional[int] = None, name: Optional[str] = None) -> Variable:
     """``gather`` with attr ``axis`` (0 when None); index must be int32/int64 of rank 0 or 1."""
-    _var(x, "gather")
-    _var(index, "gather")
+    check_variable(x, "gather")
+    check_variable(index, "gather")
     axis = 0 if axis is None else axis
     if not isinstance(axis, int) or isinstance(axis, bool):
         raise InvalidArgument(f"gather: argument 'axis' must be an int, got {axis!r}")
@@ -210,8 +249,8 @@ def gather(x: Variable, index: Variable, axis: Optional[int] = None, name: Optio
 
 
 def gather_nd(x: Variable, index: Variable, name: Optional[str] = None) -> Variable:
-    _var(x, "gather_nd")
-    _var(index, "gather_nd")
+    check_variable(x, "gather_nd")
+    check_variable(index, "gather_nd")
     if index.dtype not in ("int32", "int64"):
         raise InvalidArgument(f"gather_nd: argument 'index' ({index.name!r}) must be int32 or int64, "
                               f"got {index.dtype}")
@@ -226,7 +265,7 @@ def gather_nd(x: Variable, index: Variable, name: Optional[str] = None) -> Varia
 
 def slice(input: Variable, axes: Sequence[int], starts: Sequence[int], ends: Sequence[int]) -> Variable:
     """``slice`` with ``infer_flags`` all 1 and no ``decrease_axis`` (``x[...]`` is in patch.py)."""
-    _var(input, "slice")
+    check_variable(input, "slice")
     axes = _ints(axes, "slice", "axes")
     starts, ends = _ints(starts, "slice", "starts"), _ints(ends, "slice", "ends")
     if not len(axes) == len(starts) == len(ends):

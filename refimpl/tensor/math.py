@@ -13,9 +13,13 @@ named as Paddle's (``tanh_0``, ``max_0``, ``reduce_prod_0``,
 ``maximum`` / ``minimum``), which names the output after the helper itself
 (``elementwise_div_0``). :func:`binary`, :func:`constant_like` and
 :func:`_tmp_like` are what the Python operators of ``patch.py`` use
-(``tmp_k`` names, as ``math_op_patch``).
+(``tmp_k`` names, as ``math_op_patch``). :func:`check_variable` and
+:func:`unary_op` are the helpers the other ``refimpl.tensor`` and
+``refimpl.nn.functional`` modules build on; like ``binary`` they are not in
+``__all__`` (Paddle has no ``paddle.check_variable``).
 """
 import builtins
+from typing import Any, Optional
 
 import numpy as np
 
@@ -30,7 +34,8 @@ __all__ = ['abs', 'add', 'add_n', 'clip', 'cumsum', 'divide', 'exp', 'increment'
            'square', 'subtract', 'sum', 'tanh']
 
 
-def _var(x, api):
+def check_variable(x: Any, api: str) -> Variable:
+    """x itself when it is a static Variable, else InvalidArgument naming ``api`` (used by every refimpl API)."""
     if not isinstance(x, Variable):
         raise InvalidArgument(f"{api}: expected a static Variable, got {type(x).__name__}")
     return x
@@ -44,10 +49,11 @@ def _reduce_axis(axis, x):
     return axis, reduce_all
 
 
-def _reduce(op_type, helper_name, x, axis, keepdim, name=None):
-    _var(x, helper_name)
+def _reduce(op_type, helper_name, x, axis, keepdim, name=None, set_reduce_all=True):
+    check_variable(x, helper_name)
     helper = LayerHelper(helper_name, name=name)
     dim, reduce_all = _reduce_axis(axis, x)
+    reduce_all = reduce_all and set_reduce_all
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op(type=op_type, inputs={"X": x}, outputs={"Out": out},
                      attrs={"dim": dim, "keep_dim": keepdim, "reduce_all": reduce_all})
@@ -59,11 +65,13 @@ def mean(x, axis=None, keepdim=False, name=None):
 
 
 def sum(x, axis=None, dtype=None, keepdim=False, name=None):
-    return _reduce("reduce_sum", "sum", x, axis, keepdim, name)
+    # 2.6.2's static sum leaves reduce_all at its default False (an empty dim reduces every dim)
+    return _reduce("reduce_sum", "sum", x, axis, keepdim, name, set_reduce_all=False)
 
 
-def _unary(op_type, x, name=None, **attrs):
-    _var(x, op_type)
+def unary_op(op_type: str, x: Variable, name: Optional[str] = None, **attrs: Any) -> Variable:
+    """One ``op_type`` op from X to an Out of x's dtype, helper named ``op_type`` (relu, tanh, square ...)."""
+    check_variable(x, op_type)
     helper = LayerHelper(op_type, name=name)
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op(type=op_type, inputs={"X": x}, outputs={"Out": out}, attrs=attrs)
@@ -71,7 +79,7 @@ def _unary(op_type, x, name=None, **attrs):
 
 
 def square(x, name=None):
-    return _unary("square", x, name)
+    return unary_op("square", x, name)
 
 
 def _tmp_like(x):
@@ -81,8 +89,8 @@ def _tmp_like(x):
 
 def binary(op_type, x, y, attrs=None):
     """An elementwise / matmul op between two Variables, out named ``tmp_k`` (math_op_patch)."""
-    _var(x, op_type)
-    _var(y, op_type)
+    check_variable(x, op_type)
+    check_variable(y, op_type)
     out = _tmp_like(x)
     x.block.program.current_block().append_op(type=op_type, inputs={"X": [x], "Y": [y]},
                                               outputs={"Out": out}, attrs=attrs or {"axis": -1})
@@ -91,7 +99,7 @@ def binary(op_type, x, y, attrs=None):
 
 def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, act=None, name=None):
     """``scale`` (helper ``scale``: ``scale_0.tmp_0``), then ``act`` if given."""
-    _var(x, "scale")
+    check_variable(x, "scale")
     if isinstance(scale, Variable) or isinstance(bias, Variable):
         raise InvalidArgument("scale: a Variable 'scale' or 'bias' (ScaleTensor) is not supported here")
     helper = LayerHelper("scale", name=name)
@@ -103,8 +111,8 @@ def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, act=None, name=None):
 
 def matmul(x, y, transpose_x=False, transpose_y=False, name=None):
     """``matmul_v2`` (helper ``matmul_v2``: ``matmul_v2_0.tmp_0``; ``x @ y`` names its output ``tmp_k``)."""
-    _var(x, "matmul")
-    _var(y, "matmul")
+    check_variable(x, "matmul")
+    check_variable(y, "matmul")
     helper = LayerHelper("matmul_v2", name=name)
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op(type="matmul_v2", inputs={"X": x, "Y": y}, outputs={"Out": out},
@@ -114,8 +122,8 @@ def matmul(x, y, transpose_x=False, transpose_y=False, name=None):
 
 def _elementwise(op_type, x, y, name=None):
     """2.6.2's ``_elementwise_op``: the helper fills in ``name``, and the output takes it."""
-    _var(x, op_type)
-    _var(y, op_type)
+    check_variable(x, op_type)
+    check_variable(y, op_type)
     helper = LayerHelper(op_type, name=name)
     out = helper.main_program.current_block().create_var(name=helper.name, dtype=x.dtype, persistable=False)
     helper.append_op(type=op_type, inputs={"X": x, "Y": y}, outputs={"Out": out}, attrs={"axis": -1})
@@ -124,8 +132,8 @@ def _elementwise(op_type, x, y, name=None):
 
 def _elementwise_tmp(op_type, x, y, name=None):
     """3.3.1's legacy ``add`` / ``subtract``: the output is a temporary of the helper (``elementwise_add_0.tmp_0``)."""
-    _var(x, op_type)
-    _var(y, op_type)
+    check_variable(x, op_type)
+    check_variable(y, op_type)
     helper = LayerHelper(op_type, name=name)
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op(type=op_type, inputs={"X": x, "Y": y}, outputs={"Out": out}, attrs={"axis": -1})
@@ -157,7 +165,7 @@ def minimum(x, y, name=None):
 
 
 def increment(x, value=1.0, name=None):
-    _var(x, "increment")
+    check_variable(x, "increment")
     x.block.program.current_block().append_op(type="increment", inputs={"X": [x]},
                                               outputs={"Out": [x]}, attrs={"step": float(value)})
     return x
@@ -166,7 +174,7 @@ def increment(x, value=1.0, name=None):
 def add_n(inputs, name=None):
     xs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     for v in xs:
-        _var(v, "add_n")
+        check_variable(v, "add_n")
     helper = LayerHelper("add_n", name=name)
     out = helper.create_variable_for_type_inference(xs[0].dtype)
     helper.append_op(type="sum", inputs={"X": xs}, outputs={"Out": out})
@@ -176,7 +184,7 @@ def add_n(inputs, name=None):
 def pow(x, y, name=None):
     """x ** y: op ``pow`` for a number y, ``elementwise_pow`` for a Variable."""
     if isinstance(y, (int, float)):
-        _var(x, "pow")
+        check_variable(x, "pow")
         helper = LayerHelper("pow", name=name)
         out = helper.create_variable_for_type_inference(x.dtype)
         helper.append_op(type="pow", inputs={"X": x}, outputs={"Out": out}, attrs={"factor": float(y)})
@@ -185,35 +193,35 @@ def pow(x, y, name=None):
 
 
 def reciprocal(x, name=None):
-    return _unary("reciprocal", x, name)
+    return unary_op("reciprocal", x, name)
 
 
 def exp(x, name=None):
-    return _unary("exp", x, name)
+    return unary_op("exp", x, name)
 
 
 def log(x, name=None):
-    return _unary("log", x, name)
+    return unary_op("log", x, name)
 
 
 def sqrt(x, name=None):
-    return _unary("sqrt", x, name)
+    return unary_op("sqrt", x, name)
 
 
 def tanh(x, name=None):
-    return _unary("tanh", x, name)
+    return unary_op("tanh", x, name)
 
 
 def sigmoid(x, name=None):
-    return _unary("sigmoid", x, name)
+    return unary_op("sigmoid", x, name)
 
 
 def abs(x, name=None):
-    return _unary("abs", x, name)
+    return unary_op("abs", x, name)
 
 
 def sign(x, name=None):
-    return _unary("sign", x, name)
+    return unary_op("sign", x, name)
 
 
 def _clip_bounds(dtype):
@@ -228,7 +236,7 @@ def _clip_bounds(dtype):
 
 def clip(x, min=None, max=None, name=None):
     """``clip`` with number bounds (a missing one is the dtype's extreme); Variable bounds are not built here."""
-    _var(x, "clip")
+    check_variable(x, "clip")
     for arg, v in (("min", min), ("max", max)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise InvalidArgument(f"clip: argument '{arg}' must be a number or None, got {v!r}")
@@ -244,14 +252,14 @@ def clip(x, min=None, max=None, name=None):
 
 def cumsum(x, axis=None, dtype=None, name=None):
     """``cumsum``; axis None flattens (``flatten=True``, ``axis=-1``); dtype casts x first."""
-    _var(x, "cumsum")
+    check_variable(x, "cumsum")
     if axis is not None:
         _check_reduce_axis("cumsum", [axis], x)
     if dtype is not None and dtype != x.dtype:
         from .manipulation import cast
         x = cast(x, dtype)
     attrs = {"axis": -1 if axis is None else axis, "flatten": axis is None}
-    return _unary("cumsum", x, name, **attrs)
+    return unary_op("cumsum", x, name, **attrs)
 
 
 def _check_reduce_axis(api, axis, x):
@@ -264,7 +272,7 @@ def _check_reduce_axis(api, axis, x):
 
 
 def _minmax(op_type, helper_name, x, axis, keepdim, name):
-    _var(x, helper_name)
+    check_variable(x, helper_name)
     if not (axis is None or isinstance(axis, (int, list, tuple))) or isinstance(axis, bool):
         raise InvalidArgument(f"{helper_name}: argument 'axis' must be an int, a list of ints or None, got {axis!r}")
     dim, _ = _reduce_axis(axis, x)
@@ -282,7 +290,7 @@ def min(x, axis=None, keepdim=False, name=None):
 
 def prod(x, axis=None, keepdim=False, dtype=None, name=None):
     """``reduce_prod`` (helper ``reduce_prod``); dtype casts x first."""
-    if dtype is not None and _var(x, "prod").dtype != dtype:
+    if dtype is not None and check_variable(x, "prod").dtype != dtype:
         from .manipulation import cast
         x = cast(x, dtype)
     return _minmax("reduce_prod", "reduce_prod", x, axis, keepdim, name)

@@ -10,7 +10,9 @@ it (3.3.1's legacy branch is the same for these cases):
   right, or, reversed (``c / x``, ``c ** x``), a ``fill_constant`` of x's
   shape (``fill_constant_batch_size_like`` when x has a -1 dim);
 - two Variables of different dtypes: ``+ - *`` promote two float dtypes to
-  the wider one, everything else casts the right one to the left's dtype;
+  the wider one (with 2.6.2's "auto-promoted" UserWarning), everything else
+  casts the right one to the left's dtype (a float one cast to an integer
+  dtype warns too, where 2.6.2 is silent and 3.3.1 raises TypeError);
 - ``<``, ``<=``, ``>``, ``>=``, ``!=`` append ``less_than`` ... with a bool
   output; all outputs are named ``tmp_k``.
 
@@ -24,6 +26,7 @@ Paddle binds ``tensor_method_func``.
 from __future__ import annotations
 
 import builtins
+import warnings
 from typing import Any, Callable, Optional
 
 from refimpl.core.dtypes import convert_dtype, to_vartype
@@ -88,6 +91,22 @@ def _promote(method: str, lhs: str, rhs: str) -> Optional[str]:
     return lhs if _FLOAT_WIDTH[lhs] > _FLOAT_WIDTH[rhs] else rhs
 
 
+def _warn_dtypes(op_type: str, lhs: str, rhs: str, common: Optional[str]) -> None:
+    """2.6.2's UserWarning for a float promotion; refimpl's own, in the same words, for a float cast to int.
+
+    With an integer and a float Variable 2.6.2 casts the right one to the left's dtype without a word
+    (``int64_var * float32_var`` truncates to int64) and 3.3.1 raises TypeError; refimpl builds 2.6.2's
+    program and says so.
+    """
+    if common is not None:
+        warnings.warn(f"The input dtypes of OP {op_type} are paddle.{lhs} and paddle.{rhs}, the output will be "
+                      f"auto-promoted to paddle.{common}")
+    elif lhs in _INT_DTYPES and rhs in _FLOAT_WIDTH:  # the float operand loses its fraction
+        warnings.warn(f"The input dtypes of OP {op_type} are paddle.{lhs} and paddle.{rhs}, the output will be "
+                      f"auto-converted to paddle.{lhs} (the right operand is cast to the left's dtype, as Paddle "
+                      f"2.6.2 does; 3.3.1 raises TypeError)")
+
+
 def _creator(method: str, op_type: str, reverse: bool = False,
              scalar: Optional[Callable[[Variable, float], Variable]] = None) -> Callable:
     def impl(self: Variable, other: Any) -> Any:
@@ -114,6 +133,7 @@ def _creator(method: str, op_type: str, reverse: bool = False,
                 other = constant_like(self, other, list(self.shape))
         if other.dtype != lhs:
             common = _promote(method, lhs, other.dtype)
+            _warn_dtypes(op_type, lhs, other.dtype, common)
             if common is None:
                 other = astype(other, lhs)
             else:

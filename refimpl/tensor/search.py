@@ -17,7 +17,7 @@ from refimpl.core.errors import InvalidArgument
 from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
 
-from .math import _var, add
+from .math import check_variable, add
 
 __all__ = ['argmax', 'topk', 'where']
 
@@ -35,7 +35,11 @@ def _broadcast_shape(api: str, shapes: dict) -> None:
 
 
 def where(condition: Variable, x: Any = None, y: Any = None, name: Optional[str] = None) -> Variable:
-    """``where``; a number x or y becomes ``paddle.full([1], v)`` of NumPy's dtype for it (float64 for a float)."""
+    """``where``; a number x or y becomes ``paddle.full([1], v)`` of NumPy's dtype for it (float64 for a float).
+
+    x and y of two dtypes (``where(c, 1.0, float32_x)``) are InvalidArgument at build time: Paddle 2.6.2
+    builds that program and fails when it runs, and never yields float64 silently.
+    """
     from .creation import full, zeros_like
     from .manipulation import cast
     if x is None and y is None:
@@ -47,13 +51,17 @@ def where(condition: Variable, x: Any = None, y: Any = None, name: Optional[str]
     if np.isscalar(y):
         y = full([1], y, np.array([y]).dtype.name)
     for arg, v in (("condition", condition), ("x", x), ("y", y)):
-        _var(v, "where")
+        check_variable(v, "where")
     if condition.dtype != "bool":
         raise InvalidArgument(f"where: argument 'condition' ({condition.name!r}) must be bool, got {condition.dtype}")
     for arg, v in (("x", x), ("y", y)):
         if v.dtype not in _WHERE_DTYPES:
             raise InvalidArgument(f"where: argument '{arg}' ({v.name!r}) has dtype {v.dtype}; "
                                   f"expected one of {list(_WHERE_DTYPES)}")
+    if x.dtype != y.dtype:  # 2.6.2 builds the program, then its elementwise_add fails at run time
+        raise InvalidArgument(f"where: x ({x.name!r}, {x.dtype}) and y ({y.name!r}, {y.dtype}) must have one dtype "
+                              f"(a Python float becomes a float64 constant, an int an int64 one, as in Paddle "
+                              f"2.6.2); pass a tensor of the other's dtype instead")
     shapes = {"condition": condition.shape, "x": x.shape, "y": y.shape}
     _broadcast_shape("where", shapes)
     if x.shape == y.shape == condition.shape:
@@ -74,7 +82,7 @@ def where(condition: Variable, x: Any = None, y: Any = None, name: Optional[str]
 def argmax(x: Variable, axis: Optional[int] = None, keepdim: bool = False, dtype: Any = "int64",
            name: Optional[str] = None) -> Variable:
     """``arg_max``; axis None flattens (``flatten=True``, ``axis=0``); the output is stop_gradient."""
-    _var(x, "argmax")
+    check_variable(x, "argmax")
     if axis is not None and (not isinstance(axis, int) or isinstance(axis, bool)):
         raise InvalidArgument(f"argmax: argument 'axis' must be an int or None, got {axis!r}")
     if dtype is None:
@@ -97,7 +105,7 @@ def argmax(x: Variable, axis: Optional[int] = None, keepdim: bool = False, dtype
 def topk(x: Variable, k: int, axis: Optional[int] = None, largest: bool = True, sorted: bool = True,
          name: Optional[str] = None) -> Tuple[Variable, Variable]:
     """``top_k_v2``: (values, int64 indices); indices are stop_gradient. A Variable k is not built here."""
-    _var(x, "topk")
+    check_variable(x, "topk")
     if isinstance(k, Variable) or not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise InvalidArgument(f"topk: argument 'k' must be a positive int, got {k!r}")
     rank = len(x.shape) if x.shape is not None else 0

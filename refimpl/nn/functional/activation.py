@@ -2,42 +2,60 @@
 from refimpl.core.dtypes import convert_dtype, to_vartype
 from refimpl.core.errors import InvalidArgument
 from refimpl.static.layer_helper import LayerHelper
-from refimpl.tensor.math import _unary, _var
+from refimpl.tensor.math import check_variable, unary_op
 
 __all__ = ['relu', 'tanh', 'sigmoid', 'gelu', 'softmax', 'silu', 'leaky_relu', 'log_sigmoid', 'hardsigmoid',
            'log_softmax']
 
 
 def relu(x, name=None):
-    return _unary("relu", x, name)
+    return unary_op("relu", x, name)
 
 
 def tanh(x, name=None):
-    return _unary("tanh", x, name)
+    return unary_op("tanh", x, name)
 
 
 def sigmoid(x, name=None):
-    return _unary("sigmoid", x, name)
+    return unary_op("sigmoid", x, name)
 
 
 def gelu(x, approximate=False, name=None):
-    return _unary("gelu", x, name, approximate=approximate)
+    return unary_op("gelu", x, name, approximate=approximate)
+
+
+def _cast_first(helper, x, dtype, api, allowed):
+    """x cast to ``dtype`` by a ``cast`` op of ``helper`` (Paddle's ``dtype=`` of softmax / log_softmax)."""
+    if dtype is None:
+        return x
+    if convert_dtype(dtype) not in allowed:
+        raise InvalidArgument(f"{api}: dtype must be one of {', '.join(allowed)}, got {dtype!r}")
+    out = helper.create_variable_for_type_inference(convert_dtype(dtype))
+    helper.append_op(type="cast", inputs={"X": x}, outputs={"Out": out},
+                     attrs={"in_dtype": to_vartype(x.dtype), "out_dtype": to_vartype(dtype)})
+    return out
 
 
 def softmax(x, axis=-1, dtype=None, name=None):
-    return _unary("softmax", x, name, axis=axis)
+    """Op ``softmax`` along ``axis``; with ``dtype``, x is cast first (op ``cast``, same helper)."""
+    check_variable(x, "softmax")
+    helper = LayerHelper("softmax", name=name)
+    src = _cast_first(helper, x, dtype, "softmax", ("bfloat16", "float16", "float32", "float64"))
+    out = helper.create_variable_for_type_inference(src.dtype)
+    helper.append_op(type="softmax", inputs={"X": src}, outputs={"Out": out}, attrs={"axis": axis})
+    return out
 
 
 def silu(x, name=None):
-    return _unary("silu", x, name)
+    return unary_op("silu", x, name)
 
 
 def leaky_relu(x, negative_slope=0.01, name=None):
-    return _unary("leaky_relu", x, name, alpha=float(negative_slope))
+    return unary_op("leaky_relu", x, name, alpha=float(negative_slope))
 
 
 def log_sigmoid(x, name=None):
-    _var(x, "log_sigmoid")
+    check_variable(x, "log_sigmoid")
     helper = LayerHelper("log_sigmoid", name=name)
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op(type="logsigmoid", inputs={"X": x}, outputs={"Out": out})
@@ -45,7 +63,7 @@ def log_sigmoid(x, name=None):
 
 
 def hardsigmoid(x, slope=0.1666667, offset=0.5, name=None):
-    _var(x, "hardsigmoid")
+    check_variable(x, "hardsigmoid")
     helper = LayerHelper("hardsigmoid", name=name)
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op(type="hard_sigmoid", inputs={"X": x}, outputs={"Out": out},
@@ -55,19 +73,13 @@ def hardsigmoid(x, slope=0.1666667, offset=0.5, name=None):
 
 def log_softmax(x, axis=-1, dtype=None, name=None):
     """log(softmax(x)) along ``axis`` (op ``log_softmax``); with ``dtype``, x is cast first (op ``cast``)."""
-    _var(x, "log_softmax")
+    check_variable(x, "log_softmax")
     nd = len(x.shape)
     if not isinstance(axis, int) or not -max(nd, 1) <= axis < max(nd, 1):
         raise InvalidArgument(f"log_softmax: axis {axis!r} is out of range for x {x.name!r} of shape "
                               f"{list(x.shape)}")
     helper = LayerHelper("log_softmax", name=name)
-    src = x
-    if dtype is not None:
-        if convert_dtype(dtype) not in ("float32", "float64"):
-            raise InvalidArgument(f"log_softmax: dtype must be float32 or float64, got {dtype!r}")
-        src = helper.create_variable_for_type_inference(convert_dtype(dtype))
-        helper.append_op(type="cast", inputs={"X": x}, outputs={"Out": src},
-                         attrs={"in_dtype": to_vartype(x.dtype), "out_dtype": to_vartype(dtype)})
+    src = _cast_first(helper, x, dtype, "log_softmax", ("float32", "float64"))
     out = helper.create_variable_for_type_inference(src.dtype)
     helper.append_op(type="log_softmax", inputs={"X": src}, outputs={"Out": out}, attrs={"axis": axis})
     return out

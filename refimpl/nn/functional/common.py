@@ -4,17 +4,26 @@
 ``2 * (rank - 2)`` becomes one ``pad`` op over every dim (the list, last dim first unless it names
 every dim and ``pad_from_left_axis``, is padded with zeros to ``2 * rank`` values); otherwise a
 3-D / 4-D input is unsqueezed to 5-D (``unsqueeze2``), padded by ``pad3d`` in NCDHW / NDHWC and
-squeezed back (``squeeze2``). A pad given as a tensor is not supported here.
+squeezed back (``squeeze2``). A pad given as a tensor is not supported here, nor is ``dropout``
+with an ``axis`` (Paddle's ``dropout_nd`` path) or a Variable ``p``: both are Unimplemented.
 """
-from refimpl.core.errors import InvalidArgument
+import numbers
+
+from refimpl.core.errors import InvalidArgument, Unimplemented
+from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
-from refimpl.tensor.math import _var
+from refimpl.tensor.math import check_variable
 
 __all__ = ['dropout', 'linear', 'pad']
 
 
 def dropout(x, p=0.5, axis=None, training=True, mode="upscale_in_train", name=None):
-    _var(x, "dropout")
+    """Op ``dropout`` (helper ``dropout``); checks in Paddle's order: p, then mode, then axis."""
+    check_variable(x, "dropout")
+    if isinstance(p, Variable):
+        raise Unimplemented(f"dropout: p given as the Variable {p.name!r} is not built; pass a Python number")
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise InvalidArgument(f"dropout: p must be a number, got {p!r} ({type(p).__name__})")
     if p == 0:  # Paddle returns x itself for p == 0, in training and in inference alike
         return x
     if not 0 <= p <= 1:
@@ -22,6 +31,9 @@ def dropout(x, p=0.5, axis=None, training=True, mode="upscale_in_train", name=No
     impl = {"upscale_in_train": "upscale_in_train", "downscale_in_infer": "downgrade_in_infer"}.get(mode)
     if impl is None:
         raise InvalidArgument(f"dropout: mode must be 'upscale_in_train' or 'downscale_in_infer', got {mode!r}")
+    if axis is not None:  # Paddle's dropout_nd path (uniform mask of the kept dims, multiply), not built here
+        raise Unimplemented(f"F.dropout(axis=...): dropout along axis {axis!r} of x {x.name!r} is not built; "
+                            f"use axis=None")
     helper = LayerHelper("dropout", name=name)
     out = helper.create_variable_for_type_inference(x.dtype)
     mask = helper.create_variable_for_type_inference("uint8", stop_gradient=True)
@@ -33,7 +45,7 @@ def dropout(x, p=0.5, axis=None, training=True, mode="upscale_in_train", name=No
 
 def linear(x, weight, bias=None, name=None):
     """x @ weight (+ bias): ``matmul_v2`` then ``elementwise_add`` (helper ``linear``)."""
-    _var(x, "linear")
+    check_variable(x, "linear")
     helper = LayerHelper("linear", name=name)
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op(type="matmul_v2", inputs={"X": x, "Y": weight}, outputs={"Out": out},
@@ -67,7 +79,7 @@ def _pad_op(x, pad, value, pad_from_left_axis, name):
 def pad(x, pad, mode="constant", value=0.0, data_format=None, pad_from_left_axis=True, name=None):
     """Pad x: ``pad`` lists (before, after) pairs from the last dim on; modes constant / reflect /
     replicate / circular (ops ``pad`` or ``unsqueeze2`` + ``pad3d`` + ``squeeze2``)."""
-    _var(x, "pad")
+    check_variable(x, "pad")
     if mode not in ("reflect", "replicate", "constant", "circular"):
         raise InvalidArgument(f"pad: mode must be one of constant, reflect, replicate, circular, got {mode!r}")
     if not isinstance(pad, (list, tuple)) or not all(isinstance(p, int) and not isinstance(p, bool) for p in pad):

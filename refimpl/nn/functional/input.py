@@ -14,7 +14,7 @@ from typing import Optional
 from refimpl.core.errors import InvalidArgument, Unimplemented
 from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
-from refimpl.tensor.math import _var
+from refimpl.tensor.math import check_variable
 
 __all__ = ["embedding", "one_hot"]
 
@@ -25,8 +25,8 @@ def embedding(x: Variable, weight: Variable, padding_idx: Optional[int] = None, 
               norm_type: float = 2.0, sparse: bool = False, scale_grad_by_freq: bool = False,
               name: Optional[str] = None) -> Variable:
     """Rows of ``weight`` [vocab, dim] picked by the ids ``x`` (op ``lookup_table_v2``)."""
-    _var(x, "embedding")
-    _var(weight, "embedding")
+    check_variable(x, "embedding")
+    check_variable(weight, "embedding")
     if x.dtype not in _INTS:
         raise InvalidArgument(f"embedding: ids {x.name!r} must be an integer tensor, got {x.dtype}")
     if max_norm or scale_grad_by_freq:
@@ -44,7 +44,7 @@ def embedding(x: Variable, weight: Variable, padding_idx: Optional[int] = None, 
 
 def one_hot(x: Variable, num_classes: int, name: Optional[str] = None) -> Variable:
     """float32 ``[..., num_classes]`` with a 1 at each label (op ``one_hot_v2``)."""
-    _var(x, "one_hot")
+    check_variable(x, "one_hot")
     if x.dtype not in ("int32", "int64"):
         raise InvalidArgument(f"one_hot: input {x.name!r} must be int32 or int64, got {x.dtype}")
     helper = LayerHelper("one_hot_v2", name=name)

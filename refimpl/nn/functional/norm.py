@@ -17,7 +17,7 @@ from typing import Optional, Sequence, Union
 from refimpl.core.errors import InvalidArgument
 from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
-from refimpl.tensor.math import _var
+from refimpl.tensor.math import check_variable
 
 __all__ = ["layer_norm", "batch_norm"]
 
@@ -37,7 +37,7 @@ def _check_float(x: Variable, api: str) -> None:
 def layer_norm(x: Variable, normalized_shape: Union[int, Sequence[int]], weight: Optional[Variable] = None,
                bias: Optional[Variable] = None, epsilon: float = 1e-05, name: Optional[str] = None) -> Variable:
     """Normalise ``x`` over its last ``len(normalized_shape)`` dims (op ``layer_norm``)."""
-    _var(x, "layer_norm")
+    check_variable(x, "layer_norm")
     _check_float(x, "layer_norm")
     if isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool):
         normalized_shape = [int(normalized_shape)]
@@ -71,7 +71,7 @@ def batch_norm(x: Variable, running_mean: Variable, running_var: Variable, weigh
                epsilon: float = 1e-05, data_format: str = "NCHW", use_global_stats: Optional[bool] = None,
                name: Optional[str] = None) -> Variable:
     """Batch normalisation over the channel dim (op ``batch_norm``); updates the running statistics."""
-    _var(x, "batch_norm")
+    check_variable(x, "batch_norm")
     _check_float(x, "batch_norm")
     if len(x.shape) < 2:
         raise InvalidArgument(f"batch_norm: input {x.name!r} must be at least 2-D, got shape {list(x.shape)}")
