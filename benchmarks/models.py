@@ -2,8 +2,9 @@
 
 Printed, all measured in one run:
 
-* the training-step time of LeNet (``static.nn.conv2d``, ``batch_norm``, pooling, ``fc``; Momentum)
-  and of GPT-mini (``nn.Layer`` blocks with causal attention; AdamW), as the model zoo builds them;
+* the training-step time of LeNet (``static.nn.conv2d``, ``batch_norm``, pooling, ``fc``; Momentum,
+  the layers of the model zoo's lenet) and of a GPT (``refimpl.demo``'s ``nn.Layer`` blocks with causal
+  attention and the exact GELU; AdamW);
 * conv2d forward + backward through the executor vs an im2col + ``np.matmul`` reference written
   below (goal <= 1.3x);
 * one GPT block (layer norm, q/k/v/o projections, causal softmax attention, GELU MLP, two
@@ -27,6 +28,7 @@ import numpy as np
 
 import refimpl as paddle
 import refimpl.nn.functional as F
+from refimpl.demo import TransformerBlock, gpt_model
 
 try:  # the erf a NumPy author reaches for (SciPy is not a dependency: without it, refimpl's own)
     from scipy.special import erf as _erf
@@ -154,53 +156,7 @@ def block_reference(x, p, dy, heads):
     return g
 
 
-# ---- the models, with Paddle's API -------------------------------------------------------
-def gpt_classes(dim, heads, seq):
-    """CausalSelfAttention, Block and GPT as nn.Layer subclasses (the zoo's gpt_mini shape)."""
-    nn = paddle.nn
-
-    class CausalSelfAttention(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
-
-        def split(self, t):  # [N, seq, dim] -> [N, heads, seq, dim / heads]
-            return paddle.transpose(paddle.reshape(t, [0, seq, heads, dim // heads]), [0, 2, 1, 3])
-
-        def forward(self, x):
-            q, k, v = self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
-            s = paddle.scale(paddle.matmul(q, k, transpose_y=True), scale=1.0 / math.sqrt(dim // heads))
-            causal = paddle.tril(paddle.ones([seq, seq], dtype="float32"))
-            s = paddle.where(causal > 0.5, s, paddle.full_like(s, -1e9))
-            o = paddle.transpose(paddle.matmul(F.softmax(s, axis=-1), v), [0, 2, 1, 3])
-            return self.o(paddle.reshape(o, [0, seq, dim]))
-
-    class Block(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.attn, self.ln2 = nn.LayerNorm(dim), CausalSelfAttention(), nn.LayerNorm(dim)
-            self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-        def forward(self, x):
-            x = x + self.attn(self.ln1(x))
-            return x + self.mlp(self.ln2(x))
-
-    class GPT(nn.Layer):
-        def __init__(self, vocab, layers):
-            super().__init__()
-            self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(seq, dim)
-            self.blocks = nn.LayerList([Block() for _ in range(layers)])
-            self.ln_f = nn.LayerNorm(dim)
-
-        def forward(self, ids):
-            h = self.tok(ids) + self.pos(paddle.arange(seq, dtype="int64"))
-            for b in self.blocks:
-                h = b(h)
-            return paddle.matmul(self.ln_f(h), self.tok.weight, transpose_y=True)  # tied embedding
-
-    return CausalSelfAttention, Block, GPT
-
-
+# ---- the models, with Paddle's API (the GPT is refimpl demo's, with the exact GELU) ----------------
 def build_lenet(cfg):
     """The zoo's lenet: conv-bn-relu-maxpool, conv-relu-bn-avgpool, flatten, fc-relu, fc; Momentum."""
     x = paddle.static.data("img", [None, cfg["channels"], cfg["hw"], cfg["hw"]], "float32")
@@ -220,8 +176,8 @@ def build_lenet(cfg):
 def build_gpt(cfg):
     ids = paddle.static.data("ids", [None, cfg["seq"]], "int64")
     labels = paddle.static.data("labels", [None, cfg["seq"]], "int64")
-    *_, GPT = gpt_classes(cfg["dim"], cfg["heads"], cfg["seq"])
-    logits = GPT(cfg["vocab"], cfg["layers"])(ids)
+    logits = gpt_model(cfg["vocab"], cfg["seq"], cfg["dim"], cfg["heads"], cfg["layers"],
+                       gelu_approximate=False)(ids)
     loss = F.cross_entropy(paddle.reshape(logits, [-1, cfg["vocab"]]), paddle.reshape(labels, [-1, 1]))
     paddle.optimizer.AdamW(learning_rate=1e-3, weight_decay=0.01).minimize(loss)
     return loss
@@ -298,7 +254,7 @@ def conv_case(xs, ws, s, p):
 BLOCK_PARAMS = {  # reference name: the block's layer attribute path to the parameter
     "ln1_w": "ln1.weight", "ln1_b": "ln1.bias", "ln2_w": "ln2.weight", "ln2_b": "ln2.bias",
     **{f"{t}_{k}": f"attn.{t}.{'weight' if k == 'w' else 'bias'}" for t in "qkvo" for k in "wb"},
-    "fc1_w": "mlp.0.weight", "fc1_b": "mlp.0.bias", "fc2_w": "mlp.2.weight", "fc2_b": "mlp.2.bias",
+    **{f"{t}_{k}": f"{t}.{'weight' if k == 'w' else 'bias'}" for t in ("fc1", "fc2") for k in "wb"},
 }
 
 
@@ -311,10 +267,8 @@ def _attr(layer, path):
 def block_case(cfg):
     """The executor's GPT-block program and the NumPy block on one input: (run_refimpl, run_reference, ops)."""
     n, s, d, heads = cfg["batch"], cfg["seq"], cfg["dim"], cfg["heads"]
-    _, Block, _ = gpt_classes(d, heads, s)
-
     def y_of_x(x):
-        block = Block()
+        block = TransformerBlock(d, heads, s, gelu_approximate=False)
         return block(x), {k: _attr(block, path) for k, path in BLOCK_PARAMS.items()}
     r = grad_runner((n, s, d), y_of_x)
     rng = np.random.default_rng(1)

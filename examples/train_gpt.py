@@ -20,9 +20,10 @@ draws the next character from the softmax of the last real position's logits
 divided by ``--temperature``.
 
 Only Paddle's API is used: with ``import paddle`` in place of
-``import refimpl as paddle`` (and ``from paddle.hapi.progressbar import
-ProgressBar``) the script runs on PaddlePaddle, where ``--backend cuda`` is
-``paddle.set_device("gpu")``.
+``import refimpl as paddle`` and ``paddle.hapi`` in place of ``refimpl.hapi``
+(the progress bar's import) the script runs on PaddlePaddle, where
+``--backend cuda`` is ``paddle.set_device("gpu")``. ``--plot`` draws with
+``_plot.py`` beside this file.
 """
 import argparse
 import math
@@ -33,52 +34,59 @@ import time
 import numpy as np
 
 import refimpl as paddle
-from refimpl.utils.progress_bar import ProgressBar
+from refimpl.hapi.progressbar import ProgressBar
+
+from _plot import plot_losses  # beside this script
 
 nn = paddle.nn
 F = paddle.nn.functional
 TEXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tinyshakespeare.txt")
 
 
-class CausalSelfAttention(nn.Layer):
+class CausalAttention(nn.Layer):
+    """Multi-head self-attention where position i sees positions <= i; ``q``, ``k``, ``v`` and the output
+    ``o`` are ``dim x dim`` Linears."""
+
     def __init__(self, dim, heads, seq):
         super().__init__()
-        self.dim, self.heads, self.seq = dim, heads, seq
-        self.q, self.k, self.v, self.proj = (nn.Linear(dim, dim) for _ in range(4))
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
+        self.heads, self.head_size, self.seq = heads, dim // heads, seq
 
-    def split(self, t):  # [N, seq, dim] -> [N, heads, seq, dim / heads]
-        return paddle.transpose(paddle.reshape(t, [0, self.seq, self.heads, self.dim // self.heads]), [0, 2, 1, 3])
+    def _by_head(self, t):  # [N, seq, dim] -> [N, heads, seq, head_size]
+        return paddle.transpose(paddle.reshape(t, [0, 0, self.heads, self.head_size]), perm=[0, 2, 1, 3])
 
     def forward(self, x):
-        q, k, v = self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
-        scores = paddle.matmul(q, k, transpose_y=True) * (1.0 / math.sqrt(self.dim // self.heads))
-        causal = paddle.tril(paddle.ones([self.seq, self.seq], dtype="float32"))
-        scores = paddle.where(causal > 0.5, scores, paddle.full_like(scores, -1e9))
-        out = paddle.matmul(F.softmax(scores, axis=-1), v)
-        return self.proj(paddle.reshape(paddle.transpose(out, [0, 2, 1, 3]), [0, self.seq, self.dim]))
+        q, k, v = (self._by_head(proj(x)) for proj in (self.q, self.k, self.v))
+        scores = paddle.matmul(q, k, transpose_y=True) * (self.head_size ** -0.5)
+        visible = paddle.tril(paddle.ones([self.seq, self.seq], dtype="float32")) > 0.5
+        scores = paddle.where(visible, scores, paddle.full_like(scores, -1e9))
+        mixed = paddle.matmul(F.softmax(scores, axis=-1), v)
+        return self.o(paddle.reshape(paddle.transpose(mixed, perm=[0, 2, 1, 3]), [0, 0, -1]))
 
 
-class Block(nn.Layer):
+class TransformerBlock(nn.Layer):
+    """Pre-norm: ``x + attn(ln1(x))``, then that plus ``fc2(gelu(fc1(ln2(.))))`` with GPT-2's tanh GELU."""
+
     def __init__(self, dim, heads, seq):
         super().__init__()
-        self.ln1, self.attn = nn.LayerNorm(dim), CausalSelfAttention(dim, heads, seq)
+        self.ln1, self.attn = nn.LayerNorm(dim), CausalAttention(dim, heads, seq)
         self.ln2 = nn.LayerNorm(dim)
-        # the tanh form of GELU, as GPT-2 uses
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(approximate=True), nn.Linear(4 * dim, dim))
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate=True))
 
 
-class GPT(nn.Layer):
-    """Embeddings, ``layers`` blocks, a final LayerNorm; logits through the tied token embedding."""
+class TinyGPT(nn.Layer):
+    """Token + position embeddings, ``layers`` blocks, a final LayerNorm; the logits are the hidden
+    states times the token embedding (the output layer tied to it)."""
 
     def __init__(self, vocab, seq, dim, heads, layers):
         super().__init__()
         self.seq = seq
         self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(seq, dim)
-        self.blocks = nn.LayerList([Block(dim, heads, seq) for _ in range(layers)])
+        self.blocks = nn.LayerList([TransformerBlock(dim, heads, seq) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(dim)
 
     def forward(self, ids):
@@ -94,7 +102,7 @@ def build(args, vocab):
     with paddle.static.program_guard(main, startup):
         ids = paddle.static.data("ids", [None, args.seq], "int64")
         labels = paddle.static.data("labels", [None, args.seq], "int64")
-        logits = GPT(vocab, args.seq, args.dim, args.heads, args.layers)(ids)
+        logits = TinyGPT(vocab, args.seq, args.dim, args.heads, args.layers)(ids)
         loss = F.cross_entropy(paddle.reshape(logits, [-1, vocab]), paddle.reshape(labels, [-1, 1]))
         test = main.clone(for_test=True)
         warm = max(1, args.steps // 10)
@@ -134,30 +142,15 @@ def sample(exe, test, logits, scope, context, n, seq, rng, temperature):
     return out[len(context):]
 
 
-def plot_losses(losses, path, title):
-    """Write the loss of every step and its running mean to a PNG."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(np.arange(1, len(losses) + 1), losses, lw=0.8, alpha=0.5, label="loss")
-    k = max(1, len(losses) // 20)
-    smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
-    ax.plot(np.arange(k, len(losses) + 1), smooth, lw=2, label=f"mean of {k}")
-    ax.set(xlabel="step", ylabel="cross entropy (nats per character)", title=title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def held_out_loss(exe, test, loss, scope, data, args, batches=4):
     rng = np.random.default_rng(args.seed + 1)
     return float(np.mean([exe.run(test, feed=batch(data, rng, args.batch_size, args.seq), fetch_list=[loss],
                                   scope=scope)[0] for _ in range(batches)]))
 
 
-def train(args, out=sys.stdout):
+def train(args, out=None):
+    """Train, measure and sample as the module docstring says; print to ``out`` (default: sys.stdout)."""
+    out = sys.stdout if out is None else out
     text, chars, data = read_text(args.text)
     split = int(len(data) * 0.9)
     train_data, val_data = data[:split], data[split:]
@@ -191,7 +184,8 @@ def train(args, out=sys.stdout):
         print(f"--- sample {k + 1} (temperature {args.temperature}) ---", file=out)
         print("".join(chars[i] for i in prompt + got), file=out)
     if args.plot:
-        plot_losses(losses, args.plot, f"char GPT on {os.path.basename(args.text)}")
+        plot_losses(losses, args.plot, f"char GPT on {os.path.basename(args.text)}",
+                    ylabel="cross entropy (nats per character)")
         print(f"wrote {args.plot}", file=out)
     return losses
 
@@ -216,13 +210,16 @@ def main(argv=None):
                    help="kernels to run on (default: $REFIMPL_BACKEND, else numpy)")
     args = p.parse_args(argv)
     if min(args.steps, args.batch_size, args.seq, args.dim, args.heads, args.layers) < 1 or args.samples < 0:
-        p.error("--steps, --batch-size, --seq, --dim, --heads and --layers must be >= 1")
+        p.error("--steps, --batch-size, --seq, --dim, --heads and --layers must be >= 1, --samples >= 0")
     if args.dim % args.heads:
         p.error(f"--dim {args.dim} is not a multiple of --heads {args.heads}")
     if args.temperature <= 0:
         p.error(f"--temperature must be > 0, got {args.temperature}")
     if not os.path.isfile(args.text):
         p.error(f"--text {args.text!r} is not a file")
+    with open(args.text, "rb") as f:
+        if not f.read().isascii():
+            p.error(f"--text {args.text!r} is not ASCII text (every character is a token: give an ASCII file)")
     if os.path.getsize(args.text) < 20 * (args.seq + 1):
         p.error(f"--text {args.text!r} is too short for windows of --seq {args.seq} characters")
     paddle.enable_static()

@@ -7,7 +7,7 @@
 The data is scikit-learn's bundled copy of the UCI "Optical Recognition of
 Handwritten Digits" test set (``sklearn.datasets.load_digits``: 1,797 images of
 8x8 pixels, values 0..16, ten classes), read from the package with no
-download, scaled to [0, 1] and split 80/20 (1,437 / 360 images) by a fixed
+download, scaled to [0, 1] and split 80/20 (1,438 / 359 images) by a fixed
 permutation (``--seed``). The model is a ``paddle.nn.Layer``:
 conv 3x3 -> batch norm -> relu -> max pool 2, twice, then two linear layers;
 trained with Momentum under a cosine learning-rate schedule in Paddle's static
@@ -20,9 +20,10 @@ For comparison, scikit-learn's own example "Recognizing hand-written digits"
 trained on the first half of the same images and tested on the second half.
 
 Only Paddle's API is used: with ``import paddle`` in place of
-``import refimpl as paddle`` (and ``from paddle.hapi.progressbar import
-ProgressBar``) the script runs on PaddlePaddle, where ``--backend cuda`` is
-``paddle.set_device("gpu")``.
+``import refimpl as paddle`` and ``paddle.hapi`` in place of ``refimpl.hapi``
+(the progress bar's import) the script runs on PaddlePaddle, where
+``--backend cuda`` is ``paddle.set_device("gpu")``. ``--plot`` draws with
+``_plot.py`` beside this file.
 """
 import argparse
 import sys
@@ -31,7 +32,9 @@ import time
 import numpy as np
 
 import refimpl as paddle
-from refimpl.utils.progress_bar import ProgressBar
+from refimpl.hapi.progressbar import ProgressBar
+
+from _plot import plot_losses  # beside this script
 
 nn = paddle.nn
 F = paddle.nn.functional
@@ -88,24 +91,9 @@ def accuracy(exe, test, logits, x, y, scope):
     return float(np.mean(np.argmax(out, axis=1) == y[:, 0]))
 
 
-def plot_losses(losses, path, title):
-    """Write the loss of every step and its running mean to a PNG."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(np.arange(1, len(losses) + 1), losses, lw=0.8, alpha=0.5, label="loss")
-    k = max(1, len(losses) // 20)
-    smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
-    ax.plot(np.arange(k, len(losses) + 1), smooth, lw=2, label=f"mean of {k}")
-    ax.set(xlabel="step", ylabel="cross entropy", title=title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def train(args, out=sys.stdout):
+def train(args, out=None):
+    """Train and test as the module docstring says; print to ``out`` (default: the current sys.stdout)."""
+    out = sys.stdout if out is None else out
     x_train, y_train, x_test, y_test = load_digits(args.seed)
     per_epoch = -(-len(x_train) // args.batch_size)
     steps = args.epochs * per_epoch if not args.max_steps else min(args.max_steps, args.epochs * per_epoch)

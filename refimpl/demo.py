@@ -14,7 +14,6 @@ source checkout; an installed package, which has no ``examples/``, falls back
 to the play's first speeches kept here), prints a summary of its program
 instead of the whole text, and ends with a sample of what it writes.
 """
-import math
 import os
 import sys
 import textwrap
@@ -25,6 +24,8 @@ import numpy as np
 
 import refimpl as paddle
 from refimpl.executor import Trace
+from refimpl.framework.op_role import OpRole
+from refimpl.hapi.progressbar import ProgressBar
 
 
 def build(din, hidden, classes):
@@ -48,7 +49,7 @@ def synthetic(rng, batch, din, classes, w_true):
 
 
 def _bar(i, n, loss, width=30, out=None):
-    """A progress bar redrawn in place on a terminal; a plain line every 10% elsewhere."""
+    """A stateless bar for ``refimpl run --steps`` (refimpl/cli.py imports it); the demo uses ProgressBar."""
     out = sys.stdout if out is None else out
     done = int(width * i / n)
     line = f"  [{'#' * done}{'.' * (width - done)}] step {i:4d}/{n}  loss {loss:8.4f}"
@@ -87,13 +88,14 @@ def run_demo(steps=200, batch=32, hidden=64, seed=0, gc_gb=0.0, show_program=Tru
 def _train(exe, main, loss, scope, steps, feed, out):
     """Run ``steps`` steps on ``feed()``, with a progress bar, then print the losses and the GC report."""
     losses, t0 = [], time.perf_counter()
+    bar = ProgressBar(steps, file=out)
     for i in range(1, steps + 1):
         trace = Trace() if i == steps else None
         (lv,) = exe.run(main, feed=feed(), fetch_list=[loss], scope=scope, trace=trace)
         losses.append(float(lv))
-        _bar(i, steps, float(np.mean(losses[-10:])), out=out)
+        bar.update(i, [("loss", float(np.mean(losses[-10:])))])
     elapsed = time.perf_counter() - t0
-    print("\n", file=out)
+    print(file=out)
     print(_loss_marks(losses), file=out)
     print(_gc_report(exe, trace, steps, elapsed), file=out)
 
@@ -140,51 +142,67 @@ def read_text(path=TEXT):
     return source, text, chars, np.array([index[c] for c in text], dtype="int64")
 
 
-def gpt_model(vocab, seq, dim, heads, layers):
-    """A GPT ``nn.Layer``: embeddings, pre-norm blocks of causal self-attention and a GELU MLP, a final
-    LayerNorm, logits through the tied token embedding."""
-    nn, F = paddle.nn, paddle.nn.functional
+# ---- the GPT: module-level layers, so benchmarks/models.py can build one block of it ----------------
+class CausalAttention(paddle.nn.Layer):
+    """Multi-head self-attention where position i sees positions <= i; ``q``, ``k``, ``v`` and the output
+    ``o`` are ``dim x dim`` Linears."""
 
-    class Attention(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.q, self.k, self.v, self.proj = (nn.Linear(dim, dim) for _ in range(4))
+    def __init__(self, dim, heads, seq):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (paddle.nn.Linear(dim, dim) for _ in range(4))
+        self.heads, self.head_size, self.seq = heads, dim // heads, seq
 
-        def split(self, t):  # [N, seq, dim] -> [N, heads, seq, dim / heads]
-            return paddle.transpose(paddle.reshape(t, [0, seq, heads, dim // heads]), [0, 2, 1, 3])
+    def _by_head(self, t):  # [N, seq, dim] -> [N, heads, seq, head_size]
+        return paddle.transpose(paddle.reshape(t, [0, 0, self.heads, self.head_size]), perm=[0, 2, 1, 3])
 
-        def forward(self, x):
-            q, k, v = self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
-            s = paddle.matmul(q, k, transpose_y=True) * (1.0 / math.sqrt(dim // heads))
-            causal = paddle.tril(paddle.ones([seq, seq], dtype="float32"))
-            s = paddle.where(causal > 0.5, s, paddle.full_like(s, -1e9))
-            o = paddle.transpose(paddle.matmul(F.softmax(s, axis=-1), v), [0, 2, 1, 3])
-            return self.proj(paddle.reshape(o, [0, seq, dim]))
+    def forward(self, x):
+        q, k, v = (self._by_head(proj(x)) for proj in (self.q, self.k, self.v))
+        scores = paddle.matmul(q, k, transpose_y=True) * (self.head_size ** -0.5)
+        visible = paddle.tril(paddle.ones([self.seq, self.seq], dtype="float32")) > 0.5
+        scores = paddle.where(visible, scores, paddle.full_like(scores, -1e9))
+        mixed = paddle.matmul(paddle.nn.functional.softmax(scores, axis=-1), v)
+        return self.o(paddle.reshape(paddle.transpose(mixed, perm=[0, 2, 1, 3]), [0, 0, -1]))
 
-    class Block(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.attn, self.ln2 = nn.LayerNorm(dim), Attention(), nn.LayerNorm(dim)
-            self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(approximate=True), nn.Linear(4 * dim, dim))
 
-        def forward(self, x):
-            x = x + self.attn(self.ln1(x))
-            return x + self.mlp(self.ln2(x))
+class TransformerBlock(paddle.nn.Layer):
+    """Pre-norm: ``x + attn(ln1(x))``, then that plus ``fc2(gelu(fc1(ln2(.))))`` (fc1 widens 4x).
+    ``gelu_approximate``: the tanh form (GPT-2's) or the exact erf form (``nn.GELU``'s default)."""
 
-    class GPT(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(seq, dim)
-            self.blocks = nn.LayerList([Block() for _ in range(layers)])
-            self.ln_f = nn.LayerNorm(dim)
+    def __init__(self, dim, heads, seq, gelu_approximate=True):
+        super().__init__()
+        self.ln1, self.attn = paddle.nn.LayerNorm(dim), CausalAttention(dim, heads, seq)
+        self.ln2 = paddle.nn.LayerNorm(dim)
+        self.fc1, self.fc2 = paddle.nn.Linear(dim, 4 * dim), paddle.nn.Linear(4 * dim, dim)
+        self.gelu_approximate = gelu_approximate
 
-        def forward(self, ids):
-            h = self.tok(ids) + self.pos(paddle.arange(seq, dtype="int64"))
-            for b in self.blocks:
-                h = b(h)
-            return paddle.matmul(self.ln_f(h), self.tok.weight, transpose_y=True)
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        wide = paddle.nn.functional.gelu(self.fc1(self.ln2(x)), approximate=self.gelu_approximate)
+        return x + self.fc2(wide)
 
-    return GPT()
+
+class TinyGPT(paddle.nn.Layer):
+    """Token + position embeddings, ``layers`` blocks, a final LayerNorm; the logits are the hidden
+    states times the token embedding (the output layer tied to it)."""
+
+    def __init__(self, vocab, seq, dim, heads, layers, gelu_approximate=True):
+        super().__init__()
+        self.seq = seq
+        self.tok, self.pos = paddle.nn.Embedding(vocab, dim), paddle.nn.Embedding(seq, dim)
+        self.blocks = paddle.nn.LayerList([TransformerBlock(dim, heads, seq, gelu_approximate)
+                                           for _ in range(layers)])
+        self.ln_f = paddle.nn.LayerNorm(dim)
+
+    def forward(self, ids):
+        h = self.tok(ids) + self.pos(paddle.arange(self.seq, dtype="int64"))
+        for block in self.blocks:
+            h = block(h)
+        return paddle.matmul(self.ln_f(h), self.tok.weight, transpose_y=True)
+
+
+def gpt_model(vocab, seq, dim, heads, layers, gelu_approximate=True):
+    """The demo's GPT as an ``nn.Layer`` (``TinyGPT``); ``gelu_approximate=False`` for the exact GELU."""
+    return TinyGPT(vocab, seq, dim, heads, layers, gelu_approximate)
 
 
 def build_gpt(vocab, seq, dim, heads, layers, lr=3e-3):
@@ -225,8 +243,13 @@ def sample(exe, test, logits, scope, context, n, seq, rng, temperature=0.8):
 
 
 def _role(op):
+    """The op's part of the step; a learning-rate op is marked LRSched and Optimize, so LRSched first."""
     role = int(op.attr("op_role"))
-    return "optimize" if role & 0x0002 else "backward" if role & 0x0001 else "lr" if role & 0x0010 else "forward"
+    if role & OpRole.LRSched:
+        return "lr"
+    if role & OpRole.Optimize:
+        return "optimize"
+    return "backward" if role & OpRole.Backward else "forward"
 
 
 def program_summary(program):

@@ -307,3 +307,83 @@ def test_dataset_factory_public_setters(tmp_path):
     xs = np.array([[i, 1.0] for i in range(6)])
     w, b = sgd_on_mean_fc([xs[0:4], xs[4:6]], 0.1, 0.5)
     np.testing.assert_allclose(param(scope, main, 0), w, rtol=1e-6)
+
+
+# ---- review fixes: trainer sums, update_settings, preload twice, Paddle's missing legacy setters ----------
+
+def test_memory_and_shuffle_sizes_sum_over_trainers_given_fleet(tmp_path):
+    """Rank r loads r + 2 instances; with ``fleet`` every rank gets 2 + 3 + 4 = 9, without it its own."""
+    from refimpl.distributed import fleet, run_in_process
+    _, x, y, *_ = model()
+
+    def body():
+        fleet.init(is_collective=True)
+        r = fleet.worker_index()
+        ds = paddle.distributed.InMemoryDataset()
+        ds.init(use_var=[x, y])
+        ds.set_filelist([write(tmp_path, f"part-{r}", ["2 1 1 1 0"] * (r + 2))])
+        ds.load_into_memory()
+        return (ds.get_memory_data_size(), ds.get_memory_data_size(fleet), ds.get_shuffle_data_size(fleet),
+                ds.get_memory_data_size(fleet.fleet))
+
+    assert run_in_process(3, body) == [(r + 2, 9, 9, 9) for r in range(3)]
+
+
+def test_update_settings_applies_or_refuses_hdfs_and_download(tmp_path):
+    _, x, y, *_ = model()
+    ds = in_memory(tmp_path, x, y)
+    ds.update_settings(download_cmd="cat", fs_name="", fs_ugi="", batch_size=5)
+    assert ds.batch_size == 5
+    with pytest.raises(Unimplemented, match="download_cmd 'hadoop fs -cat'"):
+        ds.update_settings(download_cmd="hadoop fs -cat")
+    with pytest.raises(Unimplemented, match="HDFS"):
+        ds.update_settings(fs_name="afs://x", fs_ugi="u,p")
+    with pytest.raises(Unimplemented, match="HDFS"):
+        ds.update_settings(fs_name="afs://x")
+    with pytest.raises(InvalidArgument, match="unknown setting 'nope'"):
+        ds.update_settings(batch_size=7, nope=1)
+    assert ds.batch_size == 5  # nothing applied when a name is unknown
+
+
+def test_preload_twice_without_waiting_is_precondition_not_met(tmp_path):
+    _, x, y, *_ = model()
+    ds = in_memory(tmp_path, x, y)
+    ds.preload_into_memory()
+    with pytest.raises(PreconditionNotMet, match="wait_preload_done"):
+        ds.preload_into_memory()
+    ds.wait_preload_done()
+    ds.preload_into_memory()  # after waiting: allowed again
+    ds.wait_preload_done()
+    assert ds.get_memory_data_size() == 10
+
+
+@pytest.mark.parametrize("kind, method", [("InMemoryDataset", "set_parse_ins_id"),
+                                          ("InMemoryDataset", "set_merge_by_lineid"),
+                                          ("InMemoryDataset", "set_fleet_send_sleep_seconds"),
+                                          ("QueueDataset", "set_fea_eval")])
+def test_paddles_legacy_setters_refimpl_lacks_are_unimplemented(kind, method):
+    from refimpl.distributed.fleet.dataset.factory import DatasetFactory
+    ds = DatasetFactory().create_dataset(kind)
+    with pytest.raises(Unimplemented, match=f"{kind}.{method} is not implemented"):
+        getattr(ds, method)
+    with pytest.raises(AttributeError, match="no attribute 'set_not_in_paddle'"):
+        ds.set_not_in_paddle
+    if kind == "QueueDataset":  # an InMemoryDataset method Paddle's QueueDataset lacks too
+        with pytest.raises(AttributeError):
+            ds.set_parse_ins_id
+
+
+def test_memory_stats_after_train_from_dataset_are_worker_0s_last_batch(tmp_path, capsys):
+    """One reader, 8 instances in batches of 4: the stats are those of a plain run on the last batch."""
+    main, x, y, loss, exe, scope = model()
+    ds = in_memory(tmp_path, x, y, n=8, batch_size=4)
+    ds.load_into_memory()
+    runner = paddle.static.Executor(paddle.CPUPlace())
+    runner.train_from_dataset(paddle.static.CompiledProgram(main), ds, scope=scope, fetch_list=[loss],
+                              fetch_info=["loss"])
+    got = runner.memory_stats()
+    last = {"x": np.array([[i * 0.5, i * 0.25] for i in range(4, 8)], "float32"),
+            "y": np.array([[i % 3] for i in range(4, 8)], "int64")}
+    plain = paddle.static.Executor(paddle.CPUPlace())
+    plain.run(main, feed=last, fetch_list=[loss], scope=scope)
+    assert got["peak_bytes"] > 0 and got == plain.memory_stats()

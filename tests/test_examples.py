@@ -6,6 +6,8 @@ that the loss falls, that the printed counts agree with independent formulas
 (the data set's documented size, the parameter count of the architecture) and
 that ``--plot`` writes a PNG.
 """
+import contextlib
+import io
 import os
 import re
 import subprocess
@@ -13,6 +15,7 @@ import sys
 
 import numpy as np
 import pytest
+from sklearn.datasets import load_digits  # the test extra's; train_lenet.py reads its digits
 
 import refimpl as paddle
 
@@ -20,8 +23,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
 TEXT = os.path.join(EXAMPLES, "data", "tinyshakespeare.txt")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-pytest.importorskip("sklearn")
 
 
 def _run(*argv, timeout=300):
@@ -48,7 +49,6 @@ def test_digits_split_is_80_20_of_the_1797_images_and_seeded():
     assert len(x_train) + len(x_test) == 1797 and len(x_test) == round(0.2 * 1797)
     assert x_train.shape[1:] == (1, 8, 8) and x_train.dtype == np.float32 and y_train.dtype == np.int64
     assert 0.0 <= x_train.min() and x_train.max() <= 1.0
-    from sklearn.datasets import load_digits
     counts = np.bincount(load_digits().target, minlength=10)
     assert np.array_equal(np.bincount(y_train[:, 0], minlength=10) + np.bincount(y_test[:, 0], minlength=10),
                           counts)
@@ -109,6 +109,30 @@ def test_gpt_trains_and_prints_samples(tmp_path):
     assert png.read_bytes()[:8] == PNG_MAGIC
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["--samples", "-1"], "--samples >= 0"),
+    (["--text", "TEXT_LATIN1"], "is not ASCII text"),
+])
+def test_gpt_bad_arguments_are_usage_errors(tmp_path, capsys, argv, words):
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("Caf\u00e9 society\n".encode("latin-1") * 200)
+    argv = [str(latin1) if a == "TEXT_LATIN1" else a for a in argv]
+    with pytest.raises(SystemExit) as e:
+        _example("train_gpt").main(argv)
+    assert e.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_gpt_train_prints_to_the_stdout_of_the_call():
+    """``train(args)`` (no ``out``) writes to sys.stdout as it is when called, not when imported."""
+    gpt = _example("train_gpt")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert gpt.main(["--steps", "2", "--dim", "8", "--heads", "2", "--layers", "1", "--seq", "8",
+                         "--batch-size", "2", "--samples", "0"]) == 0
+    text = buf.getvalue()
+    assert text.startswith("GPT on tinyshakespeare.txt") and re.search(r"^step 2/2 \[={30}\]", text, re.M)
+
+
 def _tiny_gpt(seq=6, vocab=11):
     from refimpl.demo import build_gpt
     paddle.seed(3)
@@ -160,3 +184,20 @@ def test_demo_gpt_trains_summarises_and_samples():
     assert ops and int(ops.group(1)) == sum(int(g) for g in ops.groups()[1:]) and ops.group(4) == "36"
     assert re.search(r"op types: adamw x36, .*lookup_table_v2 x2", out, re.S)
     assert re.search(r"^sample:\nFirst Citizen:\n", out, re.M)
+
+
+def test_demo_summary_counts_lr_ops_as_lr():
+    """exponential_decay's ops carry LRSched (0x10); an op marked LRSched | Optimize (0x12, Paddle's
+    ``_lr_schedule_guard(is_with_opt=True)``) is an lr op too, not an optimize op."""
+    from refimpl.demo import _role, program_summary
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        x = paddle.static.data("x", [None, 2], "float32")
+        loss = paddle.mean(paddle.static.nn.fc(x, 1))
+        lr = paddle.optimizer.lr.exponential_decay(0.1, decay_steps=10, decay_rate=0.5)
+        paddle.optimizer.SGD(learning_rate=lr).minimize(loss)
+    ops = main.global_block().ops
+    n_lr = sum(1 for op in ops if int(op.attr("op_role")) & 0x10)
+    assert n_lr == 6 and program_summary(main).splitlines()[0].endswith(", 2 optimize, 6 lr")
+    ops[0]._set_attr("op_role", 0x12)
+    assert _role(ops[0]) == "lr"

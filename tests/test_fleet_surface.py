@@ -189,6 +189,40 @@ def test_minimize_reports_the_applied_optimizers(env, caplog):
     assert "You should not call 'stop_worker' method for collective mode." in caplog.text
 
 
+def test_minimize_before_init_fails_as_paddle(env):
+    """Paddle 3.3.1 (legacy IR) raised AttributeError at minimize: "'Fleet' object has no attribute
+    '_user_defined_strategy'" (no strategy given) or "'NoneType' object has no attribute '_is_collective'"."""
+    from refimpl.core.errors import PreconditionNotMet
+    f = Fleet()
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    loss = _net(main, startup)
+    for strategy in (None, DistributedStrategy()):
+        opt = f.distributed_optimizer(paddle.optimizer.SGD(learning_rate=0.1), strategy=strategy)
+        with paddle.static.program_guard(main, startup):
+            with pytest.raises(AttributeError, match="call fleet.init") as e:
+                opt.minimize(loss)
+        assert isinstance(e.value, PreconditionNotMet)
+    assert f._runtime_handle is None and [op.type for op in main.global_block().ops][-1] != "sgd"
+
+
+def test_public_views_of_the_fleet_state(env):
+    env(PADDLE_TRAINER_ENDPOINTS="127.0.0.1:36001")
+    f = Fleet()
+    assert f.role_maker is None and f.is_collective is False and f.strategy is None
+    rm = PaddleCloudRoleMaker(is_collective=True)
+    s = DistributedStrategy()
+    s.gradient_merge = True
+    f.init(rm, strategy=s)
+    assert f.role_maker is rm and f.is_collective is True and f.strategy.gradient_merge is True
+    opt = f.distributed_optimizer(paddle.optimizer.SGD(learning_rate=0.1))
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    loss = _net(main, startup)
+    with paddle.static.program_guard(main, startup):
+        opt.minimize(loss)
+    assert f.strategy is opt._final_strategy() and f.strategy is not f._user_defined_strategy
+    assert type(f._runtime_handle).__name__ == "CollectiveRuntime"
+
+
 def test_distributed_optimizer_needs_no_init():
     """As Paddle's: distributed_optimizer only records the optimizer and strategy."""
     f = Fleet()
@@ -265,6 +299,18 @@ def test_sparse_table_and_fs_client_messages():
     assert s.adam_d2sum is True
     s.fs_client_param = {"uri": "123", "user": "456", "passwd": "789", "hadoop_bin": "hadoop"}
     assert s.fs_client_param.user == "456"
+
+
+def test_table_config_lists_are_copies_of_live_messages():
+    """Appending to the returned list changes nothing; the messages in it are the strategy's own."""
+    s = DistributedStrategy()
+    s.sparse_table_configs = {"emb": {"table_parameters.emb.accessor.embed_sgd_param.adagrad.learning_rate": 0.05}}
+    tables = s.sparse_table_configs
+    tables.append("stray")
+    s.fleet_desc_configs.clear()
+    assert len(s.sparse_table_configs) == 1 and len(s.fleet_desc_configs) == 1
+    tables[0].accessor.embed_sgd_param.adagrad.learning_rate = 0.5
+    assert s.sparse_table_configs[0].accessor.embed_sgd_param.adagrad.learning_rate == 0.5
 
 
 @pytest.mark.parametrize("config, path, want", [

@@ -1,13 +1,16 @@
-"""``refimpl.utils.progress_bar.ProgressBar`` against what Paddle 2.6.2's ``paddle.hapi.progressbar``
+"""``refimpl.hapi.progressbar.ProgressBar`` against what Paddle 2.6.2's ``paddle.hapi.progressbar``
 printed for the same updates (only the timings differ from run to run)."""
+import contextlib
 import io
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from refimpl.core.errors import InvalidArgument
-from refimpl.utils.progress_bar import ProgressBar
+from refimpl.hapi.progressbar import ProgressBar
 
 TIME = r"\d+(us|ms|s)/step"
 
@@ -63,7 +66,34 @@ def test_a_terminal_redraws_one_line_and_ends_it():
     assert text.count("\r") == 3 and text.count("\n") == 1 and text.endswith("\n")
 
 
-@pytest.mark.parametrize("kwargs, words", [({"num": 0}, "num"), ({"num": 2.5}, "num"), ({"verbose": 7}, "verbose")])
+@pytest.mark.parametrize("kwargs, words", [({"num": 0}, "num"), ({"num": 2.5}, "num"), ({"verbose": 7}, "verbose"),
+                                           ({"width": 0}, "width must be an int >= 1, got 0"),
+                                           ({"width": 2.5}, "width must be an int >= 1, got 2.5"),
+                                           ({"width": True}, "width must be an int >= 1, got True")])
 def test_bad_arguments_are_typed(kwargs, words):
     with pytest.raises(InvalidArgument, match=f"ProgressBar: {words}"):
         ProgressBar(**kwargs)
+
+
+def test_default_file_is_the_stdout_of_each_write():
+    bar = ProgressBar(3, verbose=2)
+    first, second = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(first):
+        bar.update(1, [("loss", 0.5)])
+    with contextlib.redirect_stdout(second):
+        bar.update(2, [("loss", 0.25)])
+    assert re.fullmatch(r"step 1/3 - loss: 0.5000 - " + TIME + "\n", first.getvalue())
+    assert second.getvalue().startswith("step 2/3 - loss: 0.2500")
+
+
+def test_paddle_path_imports_under_the_compat_hook(tmp_path):
+    script = tmp_path / "bar.py"
+    script.write_text("from paddle.hapi.progressbar import ProgressBar\n"
+                      "import paddle.hapi\n"
+                      "ProgressBar(2, verbose=2).update(2, [('loss', 1.5)])\n"
+                      "print(ProgressBar.__module__, paddle.hapi.ProgressBar is ProgressBar)\n")
+    done = subprocess.run([sys.executable, "-m", "refimpl.compat", str(script)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert re.fullmatch("step 2/2 - loss: 1.5000 - " + TIME, lines[0]) and lines[1] == "refimpl.hapi.progressbar True"

@@ -19,7 +19,8 @@ feeds ``{name: ndarray}`` per reader; ``thread`` is the argument given here,
 ``refimpl/distributed/fleet/dataset/dataset.py``. One worker runs per
 reader. Differences from Paddle: ``debug`` prints nothing; ``fetch_handler`` is
 :class:`Unimplemented`; an error in any worker stops the run and is raised
-here once every worker has stopped.
+here once every worker has stopped. Afterwards ``executor.memory_stats()``
+gives worker 0's last batch.
 """
 from __future__ import annotations
 
@@ -94,6 +95,9 @@ def run_from_dataset(executor: Any, program: Any, dataset: Any, scope: Optional[
     work(0)
     for t in threads:
         t.join()
+    # memory_stats() reports worker 0's last batch, as Executor.run records its run (this module is the
+    # body of two Executor methods, so it sets the executor's record directly)
+    executor._last = workers[0] if workers else executor._last
     dataset._finish_to_run()
     if errors:
         raise errors[0]
@@ -103,7 +107,7 @@ def run_from_dataset(executor: Any, program: Any, dataset: Any, scope: Optional[
 def _main_program(program: Any, api: str) -> Program:
     if program is None:
         return default_main_program()
-    inner = getattr(program, "_program", None)  # CompiledProgram
+    inner = getattr(program, "program", None)  # CompiledProgram (static, above the executor: duck-typed)
     if isinstance(inner, Program):
         return inner
     if not isinstance(program, Program):

@@ -108,6 +108,11 @@ class CompiledProgram:
         self._timeout = DEFAULT_TIMEOUT
         self._cache = {}
 
+    @property
+    def program(self) -> Program:
+        """The program this compiles (read-only)."""
+        return self._program
+
     def with_data_parallel(self, loss_name: Optional[str] = None,
                            build_strategy: Optional[BuildStrategy] = None, exec_strategy: Any = None,
                            share_vars_from: Optional[CompiledProgram] = None,

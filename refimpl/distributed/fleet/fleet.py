@@ -62,6 +62,7 @@ from .base.role_maker import PaddleCloudRoleMaker, RoleMakerBase
 from .base.runtime_factory import install as _guard_runtime_methods
 from .base import topology as tp
 from .collective_perf import CollectivePerf
+from .utils.log_util import get_log_level_code, get_log_level_name, set_log_level
 from refimpl.distributed.ps.fleet_api import ParameterServerAPI
 
 if TYPE_CHECKING:
@@ -79,25 +80,6 @@ _HYBRID_AXES = {"dp": "data", "pp": "pipe", "sharding": "sharding", "mp": "model
 NotInitialized = type("NotInitialized", (PreconditionNotMet, AttributeError), {"kind": PreconditionNotMet.kind})
 #: an unknown name in ``hybrid_parallel_order`` (Paddle: KeyError; its intended check is an assert)
 HybridOrderError = type("HybridOrderError", (InvalidArgumentAssertion, KeyError), {})
-
-
-# ---- the fleet logger's level (Paddle: fleet.utils.log_util) ---------------------------------------
-def set_log_level(level: Union[str, int]) -> None:
-    """Set the level of the ``refimpl.distributed.fleet`` logger (a name such as ``"debug"`` or an int)."""
-    if not isinstance(level, (str, int)):
-        raise InvalidArgumentAssertion(f"level's type must be str or int, got {type(level).__name__}")
-    try:
-        logger.setLevel(level if isinstance(level, int) else level.upper())
-    except ValueError as exc:
-        raise InvalidArgument(f"log_level: {exc}") from None
-
-
-def get_log_level_code() -> int:
-    return logger.getEffectiveLevel()
-
-
-def get_log_level_name() -> str:
-    return logging.getLevelName(get_log_level_code())
 
 
 class _CommunicateGroup:
@@ -139,7 +121,6 @@ class _RankState:
         self.user_defined_optimizer = Optimizer(0.0)  # as Paddle: a base optimizer until distributed_optimizer
         self._user_defined_strategy = self._hcg = self._topology = self._distributed_optimizer = None
         self._ps_job = self._ps_runtime = None  # parameter-server mode: the split job, this rank's runtime
-
 
 
 def _ask(method, doc):
@@ -196,6 +177,29 @@ class Fleet(CollectivePerf, ParameterServerAPI):
         if self._role_maker is None:
             raise NotInitialized("fleet is not initialized on this rank: call fleet.init(...) first")
         return self._role_maker
+
+    # ---- read-only views for fleet.util and DistributedOptimizer (refimpl's; Paddle reads the fields) ----
+    @property
+    def role_maker(self) -> Optional[RoleMakerBase]:
+        """This rank's role maker (None before ``init``)."""
+        return self._role_maker
+
+    @property
+    def is_collective(self) -> bool:
+        """Whether ``init`` chose collective mode (False before ``init``)."""
+        return bool(self._is_collective)
+
+    @property
+    def strategy(self) -> Optional[DistributedStrategy]:
+        """The strategy ``minimize`` applied, else the one of ``init`` / ``distributed_optimizer``."""
+        applied = getattr(self._distributed_optimizer, "applied_strategy", None)
+        return applied if applied is not None else self._user_defined_strategy
+
+    def record_minimized(self, runtime_handle: Any, ps_job: Any = None) -> None:
+        """What ``DistributedOptimizer.minimize`` made: the runtime handle and, in PS mode, the split job."""
+        self._runtime_handle = runtime_handle
+        if ps_job is not None:
+            self._ps_job = ps_job
 
     # ---- init ----------------------------------------------------------------------------------
     def init(self, role_maker: Optional[RoleMakerBase] = None, is_collective: bool = False,
@@ -339,7 +343,6 @@ class Fleet(CollectivePerf, ParameterServerAPI):
         if mode.lower() != "mean":
             return rm._all_reduce(input, mode.lower(), "worker")
         return rm._all_reduce(np.asarray(input, dtype=np.float64), "sum", "worker") / rm._worker_num()
-
 
     # ---- optimizer -----------------------------------------------------------------------------
     def distributed_optimizer(self, optimizer: Optimizer,

@@ -259,8 +259,8 @@ class DistributedStrategy:
 
     @property
     def sparse_table_configs(self) -> List[Message]:
-        """The parameter-server tables: the ``downpour_table_param`` list of ``TableParameter`` messages."""
-        return self.strategy.get("downpour_table_param")
+        """The parameter-server tables: a copy of the ``downpour_table_param`` list (its messages live)."""
+        return list(self.strategy.get("downpour_table_param"))
 
     @sparse_table_configs.setter
     @_breaks_strict_auto

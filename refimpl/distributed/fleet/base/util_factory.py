@@ -108,7 +108,7 @@ class FleetUtil(UtilBase):
     @property
     def role_maker(self) -> Optional[RoleMakerBase]:
         if self._role_maker is _UNSET:
-            return self._fleet._role_maker
+            return self._fleet.role_maker
         return cast(Optional["RoleMakerBase"], self._role_maker)  # set by the setter below
 
     @role_maker.setter
@@ -119,10 +119,7 @@ class FleetUtil(UtilBase):
     def dist_strategy(self) -> Optional[DistributedStrategy]:
         if self._strategy is not _UNSET:
             return cast(Optional["DistributedStrategy"], self._strategy)  # set by the setter below
-        minimized = self._fleet._distributed_optimizer  # after minimize: the strategy it applied (Paddle's)
-        if minimized is not None and minimized._final is not None:
-            return minimized._final
-        return self._fleet._user_defined_strategy
+        return self._fleet.strategy  # after minimize: the strategy it applied (Paddle's)
 
     @dist_strategy.setter
     def dist_strategy(self, strategy: Optional[DistributedStrategy]) -> None:

@@ -31,7 +31,11 @@ holds nothing (never loaded, or released) is :class:`PreconditionNotMet`,
 where Paddle trains on nothing; settings that need a cluster (HDFS,
 ``global_shuffle`` across trainers, ``slots_shuffle``) are
 :class:`Unimplemented`; unknown ``init`` settings are
-:class:`InvalidArgument` (Paddle ignores them).
+:class:`InvalidArgument` (Paddle ignores them); a second
+``preload_into_memory`` before ``wait_preload_done`` is
+:class:`PreconditionNotMet`. ``get_memory_data_size(fleet)`` sums over the
+trainers through ``fleet.util.all_reduce`` (Paddle goes through the role
+maker's ``all_reduce_worker``, the same sum).
 """
 from __future__ import annotations
 
@@ -132,7 +136,6 @@ class DatasetBase:
         if not self.filelist:
             raise PreconditionNotMet(f"{type(self).__name__}: the file list is empty; call set_filelist()")
 
-
     def _finish_to_run(self) -> None:
         pass
 
@@ -190,17 +193,21 @@ class InMemoryDataset(DatasetBase):
         super().init(**{k: v for k, v in kwargs.items() if k in _BASE_SETTINGS})
 
     def update_settings(self, **kwargs: Any) -> None:
-        """Change some settings after ``init`` (the same names)."""
+        """Change some settings after ``init`` (the same names, checked as ``init`` checks them)."""
         setters: Dict[str, Callable[[Any], None]] = {"batch_size": self._set_batch_size,
                                                      "thread_num": self._set_thread,
                                                      "use_var": self._set_use_var,
                                                      "pipe_command": self._set_pipe_command,
-                                                     "input_type": self._set_input_type}
+                                                     "input_type": self._set_input_type,
+                                                     "download_cmd": self._set_download_cmd}
+        for key in kwargs:
+            if key not in _IN_MEMORY_EXTRA and key not in _BASE_SETTINGS:
+                raise InvalidArgument(f"InMemoryDataset.update_settings: unknown setting {key!r}")
         for key, value in kwargs.items():
             if key in setters:
                 setters[key](value)
-            elif key not in _IN_MEMORY_EXTRA and key not in _BASE_SETTINGS:
-                raise InvalidArgument(f"InMemoryDataset.update_settings: unknown setting {key!r}")
+        if "fs_name" in kwargs or "fs_ugi" in kwargs:
+            self._set_hdfs_config(kwargs.get("fs_name", ""), kwargs.get("fs_ugi", ""))
 
     def load_into_memory(self, is_shuffle: bool = False) -> None:
         """Read every file (``thread_num`` files at a time) and keep the instances in file-list order."""
@@ -214,6 +221,9 @@ class InMemoryDataset(DatasetBase):
 
     def preload_into_memory(self, thread_num: Optional[int] = None) -> None:
         """Start loading in the background; ``wait_preload_done`` waits for it (and raises its error)."""
+        if self._preload is not None:
+            raise PreconditionNotMet("InMemoryDataset.preload_into_memory: a preload is already running; call "
+                                     "wait_preload_done() before preloading again")
         if thread_num is not None:
             self._set_thread(thread_num)
         self._preload_error = None
@@ -252,11 +262,12 @@ class InMemoryDataset(DatasetBase):
         self._memory = []
 
     def get_memory_data_size(self, fleet: Any = None) -> int:
-        """How many instances are in memory (this trainer's; refimpl does not sum over trainers)."""
-        return len(self._memory)
+        """How many instances are in memory: this trainer's, or (``fleet`` given) all trainers' together."""
+        return _sum_over_trainers(len(self._memory), fleet)
 
     def get_shuffle_data_size(self, fleet: Any = None) -> int:
-        return len(self._memory)
+        """As :meth:`get_memory_data_size` (refimpl's shuffles keep every instance on its trainer)."""
+        return _sum_over_trainers(len(self._memory), fleet)
 
     def _reader_batches(self, threads: int = 0) -> List[Iterator[Dict[str, np.ndarray]]]:
         if not self._memory:
@@ -268,3 +279,14 @@ class InMemoryDataset(DatasetBase):
             for start in range(i * size, len(memory), n * size):
                 yield make_batch(memory[start:start + size], self.slots)
         return [reader(i) for i in range(n)]
+
+
+def _sum_over_trainers(count: int, fleet: Any) -> int:
+    """``count`` summed over the trainers through ``fleet.util.all_reduce`` (``fleet``: None for this one)."""
+    if fleet is None:
+        return count
+    util = getattr(fleet, "util", None)  # the fleet module, as Paddle's examples pass it
+    if util is None:  # a Fleet instance: the module's util follows it
+        from ..base.util_factory import FleetUtil
+        util = FleetUtil(fleet)
+    return int(np.asarray(util.all_reduce(np.array([count]), "sum")).reshape(-1)[0])

@@ -9,10 +9,13 @@ runs) and ``RawProgramOptimizer`` (data parallelism by allreduce insertion
 when there are several workers and no pipeline; with a pipeline the
 data-parallel allreduce happens inside each optimizer job; as in Paddle it
 is also listed for a lone collective worker, where it inserts nothing).
-``minimize`` records the runtime in ``fleet._runtime_handle``. Their
+``minimize`` records the runtime with ``fleet.record_minimized``. Their
 combinations work; ``_get_applied_meta_list()`` and ``_final_strategy()``
 report what was applied. Switches refimpl does not implement (amp,
-recompute, sharding, ...) raise Unimplemented naming the switch.
+recompute, sharding, ...) raise Unimplemented naming the switch. Made by
+``fleet.distributed_optimizer``, ``minimize`` before ``fleet.init`` raises
+``NotInitialized`` (also an ``AttributeError``, as Paddle's fails); made
+directly with no fleet, it runs on the ranks of ``paddle.distributed``.
 
 In parameter-server mode (``fleet.init()`` without ``is_collective``, on a
 PS job) none of these apply: ``minimize`` runs the inner optimizer, then
@@ -57,8 +60,13 @@ class DistributedOptimizer:
         self._final = None
 
     # ---- what the strategy asks for -------------------------------------------
+    @property
+    def applied_strategy(self) -> Optional[DistributedStrategy]:
+        """The strategy ``minimize`` applied (None before it): ``_final_strategy()`` without the error."""
+        return self._final
+
     def _world(self):
-        if self.fleet is not None and getattr(self.fleet, "_role_maker", None) is not None:
+        if self.fleet is not None:
             return self.fleet.worker_index(), self.fleet.worker_num()
         return collective.get_rank(), collective.get_world_size()
 
@@ -85,6 +93,10 @@ class DistributedOptimizer:
                  no_grad_set: Optional[Set[Any]] = None
                  ) -> Tuple[List[Operator], List[Tuple[Parameter, Variable]]]:
         """Backward and update of the inner optimizer, rewritten as the strategy says."""
+        if self.fleet is not None and self.fleet.role_maker is None:
+            from refimpl.distributed.fleet.fleet import NotInitialized
+            raise NotInitialized("DistributedOptimizer.minimize: fleet is not initialized on this rank: call "
+                                 "fleet.init(...) before minimize")
         if self._is_ps():
             return self._minimize_ps(loss, startup_program, parameter_list, no_grad_set)
         self._check_supported()
@@ -127,19 +139,19 @@ class DistributedOptimizer:
         """Paddle's ``RawProgramOptimizer._can_apply``: collective, no tensor parallel / sharding, the default
         ``without_graph_optimization`` (it is listed even for one worker, where it inserts nothing)."""
         s = self.user_defined_strategy
-        collective = self.fleet is not None and self.fleet._is_collective
+        collective = self.fleet is not None and self.fleet.is_collective
         return collective and s.without_graph_optimization and not (s.tensor_parallel or s.sharding)
 
-    def _set_runtime(self):
+    def _set_runtime(self, ps_job=None):
         """Paddle's ``fleet.minimize`` creates the runtime handle the PS methods need."""
         if self.fleet is not None:
-            context = {"role_maker": self.fleet._role_maker, "valid_strategy": self._final}
-            self.fleet._runtime_handle = RuntimeFactory()._create_runtime(context)
+            context = {"role_maker": self.fleet.role_maker, "valid_strategy": self._final}
+            self.fleet.record_minimized(RuntimeFactory()._create_runtime(context), ps_job)
 
     # ---- parameter-server mode (Paddle: ParameterServerOptimizer) ---------------------------
     def _is_ps(self):
-        rm = getattr(self.fleet, "_role_maker", None) if self.fleet is not None else None
-        return rm is not None and not self.fleet._is_collective and not rm._is_non_distributed()
+        rm = self.fleet.role_maker if self.fleet is not None else None
+        return rm is not None and not self.fleet.is_collective and not rm._is_non_distributed()
 
     def _minimize_ps(self, loss, startup_program, parameter_list, no_grad_set):
         from refimpl.distributed import ps
@@ -149,13 +161,12 @@ class DistributedOptimizer:
                                 f"does not implement it (all such switches set: {missing})")
         startup = startup_program or default_startup_program()
         optimize_ops, params_grads = self.inner_opt.minimize(loss, startup, parameter_list, no_grad_set)
-        rm = self.fleet._role_maker
+        rm = self.fleet.role_maker
         job = ps.transpile(loss.block.program, startup, params_grads, self.user_defined_strategy,
                            rm._server_num(), rm._worker_num())
-        self.fleet._ps_job = job
         self._applied = ["ParameterServerOptimizer"]
         self._final = self._final_from(self._applied)
-        self._set_runtime()
+        self._set_runtime(job)
         return optimize_ops, params_grads
 
     def _final_from(self, applied):

@@ -29,6 +29,7 @@ class MetaOptimizerBase(Optimizer):
 
     def __init__(self, optimizer: Optimizer) -> None:  # no Optimizer.__init__: the state is the inner one's
         self.inner_opt = optimizer
+        # Paddle's MetaOptimizerBase.__init__ copies these two private fields of the inner optimizer too
         self._learning_rate = optimizer._learning_rate
         self._learning_rate_map = optimizer._learning_rate_map
         self.meta_optimizers_white_list: List[str] = []
@@ -67,6 +68,7 @@ class MetaOptimizerBase(Optimizer):
 
     def apply_optimize(self, loss: Variable, startup_program: Optional[Program],
                        params_grads: Sequence[Tuple[Parameter, Variable]]) -> List[Operator]:
+        # as Paddle's MetaOptimizerBase.apply_optimize: the inner optimizer's private _apply_optimize
         return self.inner_opt._apply_optimize(loss, startup_program=startup_program, params_grads=params_grads)
 
     _apply_optimize = apply_optimize
