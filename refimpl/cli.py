@@ -269,16 +269,15 @@ def _prepare(args):
 def _train(exe, main, feed_fn, fetch, scope, steps, trace, err):
     """Run ``steps`` times (a progress bar on stderr when > 1); trace the last run."""
     import numpy as np
-    from .demo import _bar
+    from .hapi.progressbar import ProgressBar
+    bar = ProgressBar(steps, file=err) if steps > 1 else None
     values = []
     for i in range(1, steps + 1):
         values = exe.run(main, feed=feed_fn(i), fetch_list=fetch, scope=scope,
                          trace=trace if i == steps else None)
-        if steps > 1:
+        if bar is not None:
             shown = float(np.mean(values[0])) if values and np.size(values[0]) else 0.0
-            _bar(i, steps, shown, out=err)
-    if steps > 1 and getattr(err, "isatty", lambda: False)():
-        err.write("\n")
+            bar.update(i, [("loss", shown)])
     return values
 
 

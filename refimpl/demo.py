@@ -48,18 +48,6 @@ def synthetic(rng, batch, din, classes, w_true):
     return x, label
 
 
-def _bar(i, n, loss, width=30, out=None):
-    """A stateless bar for ``refimpl run --steps`` (refimpl/cli.py imports it); the demo uses ProgressBar."""
-    out = sys.stdout if out is None else out
-    done = int(width * i / n)
-    line = f"  [{'#' * done}{'.' * (width - done)}] step {i:4d}/{n}  loss {loss:8.4f}"
-    if getattr(out, "isatty", lambda: False)():
-        out.write("\r" + line)
-    elif i == n or i % max(1, n // 10) == 0:
-        out.write(line + "\n")
-    out.flush()
-
-
 def run_demo(steps=200, batch=32, hidden=64, seed=0, gc_gb=0.0, show_program=True, out=None):
     out = sys.stdout if out is None else out
     din, classes = 16, 4
