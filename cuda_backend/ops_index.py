@@ -26,7 +26,7 @@ from . import ew
 from .device import (bcast_strides, contiguous_strides, cuda, dev, empty, flat, launch, launch_config, padded,
                      scalar_of, to_device, to_host)
 from .ops_creation import copy_array, full, host_or_none
-from .ops_manipulation import _scatter, concat_arrays, from_xshape, split_array, strided_copy, xshape_of
+from .ops_manipulation import concat_arrays, from_xshape, scatter_block, split_array, strided_copy, xshape_of
 
 
 def _hosts(ts):
@@ -147,7 +147,7 @@ def slice_grad(Input, StartsTensor, EndsTensor, StartsTensorList, EndsTensorList
     block, base, st = _slice_block(shape, axes, starts, ends,
                                    (StartsTensor, EndsTensor, StartsTensorList, EndsTensorList))
     dx = full(shape, 0, g.dtype)
-    launch(_scatter, g.size, flat(g), flat(dx), base, padded(block), padded(st, 0))
+    launch(scatter_block, g.size, flat(g), flat(dx), base, padded(block), padded(st, 0))
     return dx
 
 
@@ -220,7 +220,7 @@ def squeeze2(X, *, axes, need):
 def unsqueeze2(X, AxesTensor, AxesTensorList, *, axes, need):
     x = dev(X)
     if AxesTensor is not None or AxesTensorList:
-        axes = cpu_shape._int_values(host_or_none(AxesTensor), _hosts(AxesTensorList))
+        axes = cpu_shape.int_values(host_or_none(AxesTensor), _hosts(AxesTensorList))
     return x.reshape(cpu_shape.unsqueeze_shape(tuple(x.shape), axes)), (xshape_of(x) if need[1] else None)
 
 
@@ -255,7 +255,7 @@ register_kernel("stack_grad", "cuda", stack_grad)
 def expand_v2(X, Shape, expand_shapes_tensor, *, shape):
     x = dev(X)
     if Shape is not None or expand_shapes_tensor:
-        shape = cpu_shape._int_values(host_or_none(Shape), _hosts(expand_shapes_tensor))
+        shape = cpu_shape.int_values(host_or_none(Shape), _hosts(expand_shapes_tensor))
     out_shape = cpu_shape.expand_shape(tuple(x.shape), shape)
     return strided_copy(x, out_shape, bcast_strides(tuple(x.shape), out_shape))
 
@@ -330,7 +330,7 @@ def _tiles_first(g, t, xsh, rsh, m):
 
 def _reps(RepeatTimes, repeat_times_tensor, repeat_times):
     if RepeatTimes is not None or repeat_times_tensor:
-        return cpu_shape._int_values(host_or_none(RepeatTimes), _hosts(repeat_times_tensor))
+        return cpu_shape.int_values(host_or_none(RepeatTimes), _hosts(repeat_times_tensor))
     return repeat_times
 
 
@@ -376,7 +376,7 @@ def share_data(X):
 
 def memcpy(X, *, dst_place_type):
     """A device copy: this backend keeps every tensor on the GPU (fetches come back to the host)."""
-    cpu_shape.memcpy(np.empty(0, np.float32), dst_place_type=dst_place_type)  # the attr check
+    cpu_shape.check_place_type("memcpy", dst_place_type)
     return copy_array(dev(X))
 
 

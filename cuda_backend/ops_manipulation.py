@@ -27,7 +27,7 @@ def _gather(x, out, base, shape, st):
 
 
 @cuda.jit
-def _scatter(src, out, base, shape, st):
+def scatter_block(src, out, base, shape, st):
     """out[base + offset of i] = src[i] (writes a block of ``out``)."""
     for i in range(cuda.grid(1), src.size, cuda.gridsize(1)):
         out[base + ew.offset(i, shape, st)] = src[i]
@@ -107,7 +107,7 @@ def concat_arrays(xs, axis):
     st = contiguous_strides(tuple(shape))
     pos = 0
     for x in xs:
-        launch(_scatter, x.size, flat(x), flat(out), pos * st[axis], padded(tuple(x.shape)), padded(st, 0))
+        launch(scatter_block, x.size, flat(x), flat(out), pos * st[axis], padded(tuple(x.shape)), padded(st, 0))
         pos += x.shape[axis]
     return out
 

@@ -247,39 +247,34 @@ for _name, _fn in (("elementwise_add_grad", add_grad), ("elementwise_sub_grad", 
 
 
 # ---- comparisons, logical ops, is_empty, increment --------------------------------------------------
-def _register_compare(name, fn):
-    def kernel(X, Y, *, axis):
-        try:
-            return ew.run_n(fn, [X, _y(X, Y, axis)], out_dtype=np.bool_)
-        except ValueError:
-            raise InvalidArgument(f"{name}: shapes {list(X.shape)} and {list(Y.shape)} "
-                                  f"do not broadcast (axis={axis})") from None
+def _bool_op(name, fn, X, Y, axis=None):
+    """``fn`` of X and Y broadcast (Y aligned at ``axis`` for a comparison) into bool; the NumPy
+    kernel's error when they do not broadcast."""
+    y = Y if axis is None else _y(X, Y, axis)
+    try:
+        return ew.run_n(fn, [X, y], out_dtype=np.bool_)
+    except ValueError:
+        where = "" if axis is None else f" (axis={axis})"
+        raise InvalidArgument(f"{name}: the shapes of X {list(X.shape)} and Y {list(y.shape)} do not broadcast"
+                              f"{where}") from None
+
+
+def _register_bool_op(name, fn, has_axis):
+    if has_axis:
+        def kernel(X, Y, *, axis):
+            return _bool_op(name, fn, X, Y, axis)
+    else:
+        def kernel(X, Y):
+            return _bool_op(name, fn, X, Y)
     kernel.__name__ = name
     register_kernel(name, "cuda", kernel)
 
 
-_register_compare("equal", f_equal)
-_register_compare("less_than", f_less)
-_register_compare("not_equal", f_not_equal)
-_register_compare("less_equal", f_less_equal)
-_register_compare("greater_than", f_greater)
-_register_compare("greater_equal", f_greater_equal)
-
-
-def _register_logical(name, fn):
-    def kernel(X, Y):
-        try:
-            return ew.run_n(fn, [X, Y], out_dtype=np.bool_)
-        except ValueError:
-            raise InvalidArgument(f"{name}: the shapes of X {list(X.shape)} and Y {list(Y.shape)} "
-                                  f"do not broadcast") from None
-    kernel.__name__ = name
-    register_kernel(name, "cuda", kernel)
-
-
-_register_logical("logical_and", f_and)
-_register_logical("logical_or", f_or)
-_register_logical("logical_xor", f_xor)
+for _name, _fn in (("equal", f_equal), ("less_than", f_less), ("not_equal", f_not_equal),
+                   ("less_equal", f_less_equal), ("greater_than", f_greater), ("greater_equal", f_greater_equal)):
+    _register_bool_op(_name, _fn, has_axis=True)
+for _name, _fn in (("logical_and", f_and), ("logical_or", f_or), ("logical_xor", f_xor)):
+    _register_bool_op(_name, _fn, has_axis=False)
 
 
 def is_empty(X):

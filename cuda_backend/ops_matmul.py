@@ -9,10 +9,12 @@ held in registers) from slices of A and B staged in shared memory; blocks
 stride over the output tiles. The sum over
 k runs in order (k = 0, 1, ...) in the output dtype, so results are
 deterministic; they differ from NumPy's BLAS in the last bits (BLAS blocks
-and fuses differently).
+and fuses differently). matmul_v2 checks its shapes with the NumPy kernel's
+``check_matmul_shapes``.
 """
 import numpy as np
 
+from refimpl.ops.linalg_ops import check_matmul_shapes
 from refimpl.ops.registry import register_kernel
 
 from . import ew
@@ -142,6 +144,7 @@ def mul_grad(X, Y, dOut, *, x_num_col_dims, y_num_col_dims, need):
 # ---- matmul_v2 ----------------------------------------------------------------------------
 def matmul_v2(X, Y, *, trans_x, trans_y):
     X, Y = dev(X), dev(Y)
+    check_matmul_shapes(tuple(X.shape), tuple(Y.shape), trans_x, trans_y)
     x1, y1 = len(X.shape) == 1, len(Y.shape) == 1
     x = X.reshape((1, X.shape[0])) if x1 else X
     y = Y.reshape((Y.shape[0], 1)) if y1 else Y

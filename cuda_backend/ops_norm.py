@@ -10,7 +10,7 @@ cuDNN or Welford block reductions.
 """
 
 from refimpl.core.errors import InvalidArgument
-from refimpl.ops.norm_ops import _PARAMS, _check_run, _global_stats, _test_mode
+from refimpl.ops.norm_ops import PARAM_SLOTS, check_run, is_test_mode, uses_global_stats
 from refimpl.ops.registry import register_kernel
 
 from . import ew
@@ -72,13 +72,13 @@ def channel_sums(v):
 def batch_norm(X, Scale, Bias, Mean, Variance, MomentumTensor, *, momentum, epsilon, data_layout,
                is_test, use_global_stats, trainable_statistics):
     X, Scale, Bias, Mean, Variance = (dev(a) for a in (X, Scale, Bias, Mean, Variance))
-    _check_run("batch_norm", X, zip(_PARAMS, (Scale, Bias, Mean, Variance)), data_layout)
+    check_run("batch_norm", X, zip(PARAM_SLOTS, (Scale, Bias, Mean, Variance)), data_layout)
     dt = X.dtype
     T = dt.type
     xv, cshape = _views(X, data_layout)
     count = X.size // xv.shape[1]
     reserve = empty((0,), dt)
-    if _global_stats(is_test, use_global_stats, trainable_statistics):
+    if uses_global_stats(is_test, use_global_stats, trainable_statistics):
         mean, inv_std = copy(Mean), ew.run1(f_inv_sqrt_global, Variance, T(epsilon))
         mean_out, var_out = copy(Mean), copy(Variance)
     elif count == 1:
@@ -95,7 +95,7 @@ def batch_norm(X, Scale, Bias, Mean, Variance, MomentumTensor, *, momentum, epsi
     new_scale = ew.run_n(f_mul, [inv_std, Scale])
     new_bias = ew.run_n(f_sub, [Bias, ew.run_n(f_mul, [ew.run_n(f_mul, [mean, inv_std]), Scale])])
     y = ew.run_n(f_affine, [xv, new_scale.reshape(cshape), new_bias.reshape(cshape)], shape=tuple(xv.shape))
-    if _test_mode(is_test, trainable_statistics):  # 0-D zeros, as the NumPy kernel
+    if is_test_mode(is_test, trainable_statistics):  # 0-D zeros, as the NumPy kernel
         mean, inv_std = full((), 0, mean.dtype), full((), 0, inv_std.dtype)
     return y.reshape(tuple(X.shape)), mean_out, var_out, mean, inv_std, reserve
 
@@ -104,7 +104,7 @@ def batch_norm_grad(X, Scale, Bias, Mean, Variance, SavedMean, SavedVariance, Re
                     VarianceOut, dY, *, momentum, epsilon, data_layout, is_test, use_global_stats,
                     trainable_statistics, need):
     X, Scale, dY = dev(X), dev(Scale), dev(dY)
-    _check_run("batch_norm_grad", X, (("Scale", Scale),), data_layout)
+    check_run("batch_norm_grad", X, (("Scale", Scale),), data_layout)
     if tuple(dY.shape) != tuple(X.shape):
         raise InvalidArgument(f"batch_norm_grad: Y@GRAD has shape {list(dY.shape)}, X {list(X.shape)}")
     dt = X.dtype

@@ -13,7 +13,7 @@ from refimpl.ops.registry import register_kernel
 
 from .device import contiguous_strides, dev, flat, launch, padded, to_host
 from .ops_creation import full, host_or_none
-from .ops_manipulation import _scatter, strided_copy
+from .ops_manipulation import scatter_block, strided_copy
 
 
 def _geometry(shape, axes, starts, ends, strides, tensors):
@@ -47,7 +47,7 @@ def strided_slice_grad(Input, dOut, StartsTensor, StartsTensorList, EndsTensor, 
                                    (StartsTensor, StartsTensorList, EndsTensor, EndsTensorList, StridesTensor,
                                     StridesTensorList))
     dx = full(shape, 0, g.dtype)
-    launch(_scatter, g.size, flat(g), flat(dx), base, padded(block), padded(steps, 0))
+    launch(scatter_block, g.size, flat(g), flat(dx), base, padded(block), padded(steps, 0))
     return dx
 
 

@@ -9,12 +9,11 @@
 Mirrors ``python/paddle/__init__.py``: the top-level names, ``paddle.base``,
 ``paddle.framework``, and ``paddle.distributed`` (with ``fleet``) reachable as
 an attribute. ``distributed`` sits above this package in the layering
-(``tests/test_layering.py``), so it is imported by name at the end of this
-module. A Paddle name refimpl lacks raises Unimplemented naming it
-(``paddle.xyz``), never a bare AttributeError.
+(``tests/test_layering.py``), so it is imported at the end of this module.
+A Paddle name refimpl lacks raises Unimplemented naming it (``paddle.xyz``),
+never a bare AttributeError; each namespace module (``paddle.nn`` ...) ends
+with the same ``__getattr__``.
 """
-import importlib
-
 from . import core, flags as _flags_mod, ops  # noqa: F401  (ops registers every op)
 from .core import CPUPlace, CUDAPlace
 from .core.dtypes import convert_dtype
@@ -47,17 +46,14 @@ def seed(n):
     _random.seed(n)
 
 
-# ``import paddle`` makes ``paddle.distributed.fleet`` reachable; distributed sits above this package
-# in the layering (tests/test_layering.py), so it is bound here by name, once everything below is set up.
-importlib.import_module(f"{__name__}.distributed.fleet")
-# paddle.base.DatasetFactory (the legacy factory of paddle.distributed's data sets), bound the same way
-base.DatasetFactory = importlib.import_module(f"{__name__}.distributed.fleet.dataset.factory").DatasetFactory
+# ``import paddle`` makes ``paddle.distributed`` and ``paddle.distributed.fleet`` reachable; distributed sits
+# above this package in the layering (tests/test_layering.py lists this import in KNOWN_UPWARD), so it is
+# imported last, once everything below is set up.
+from . import distributed  # noqa: E402,F401
+from .distributed.fleet.dataset import factory as _dataset_factory  # noqa: E402
+# paddle.base.DatasetFactory: the legacy factory of paddle.distributed's data sets
+base.DatasetFactory = _dataset_factory.DatasetFactory
+del _dataset_factory
 
+# A missing name raises Unimplemented naming it; each namespace module ends with the same line.
 __getattr__ = framework.namespace_getattr(__name__)
-
-# The other namespaces Paddle scripts use answer a missing name the same way (unless they define their own).
-for _name in ("nn", "nn.functional", "nn.initializer", "optimizer", "optimizer.lr", "tensor", "utils",
-              "regularizer", "static.nn", "static.io", "incubate.optimizer", "distributed", "distributed.fleet"):
-    _module = importlib.import_module(f"{__name__}.{_name}")
-    vars(_module).setdefault("__getattr__", framework.namespace_getattr(_module.__name__))
-del _name, _module

@@ -65,16 +65,32 @@ def _resolve(fullname: str) -> ModuleType:
 
 
 class _AliasLoader(importlib.abc.Loader):
-    """Hands the import system the existing refimpl module object; nothing is executed again."""
+    """Hands the import system the existing refimpl module object; nothing is executed again.
+
+    ``importlib`` sets ``__spec__`` of the module ``create_module`` returns to the alias's spec
+    (``paddle.static``); ``exec_module`` puts the refimpl module's own spec back, so that
+    ``importlib.reload(refimpl.static)`` still finds ``refimpl.static``.
+    """
 
     def __init__(self, fullname: str) -> None:
         self.fullname = fullname
+        self.original_spec: Optional[ModuleSpec] = None
 
     def create_module(self, spec: ModuleSpec) -> ModuleType:
-        return _resolve(self.fullname)
+        module = _resolve(self.fullname)
+        self.original_spec = _own_spec(module)
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """The refimpl module is already executed."""
+        """The refimpl module is already executed: only its own ``__spec__`` is restored."""
+        module.__spec__ = self.original_spec
+
+
+def _own_spec(module: ModuleType) -> Optional[ModuleSpec]:
+    """The module's spec from before any alias import replaced it."""
+    spec = getattr(module, "__spec__", None)
+    loader = getattr(spec, "loader", None)
+    return loader.original_spec if isinstance(loader, _AliasLoader) else spec
 
 
 class PaddleAliasFinder(importlib.abc.MetaPathFinder):
@@ -112,7 +128,9 @@ def uninstall() -> None:
     """Remove the hook and the ``paddle`` aliases it put in ``sys.modules`` (the refimpl modules stay)."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, PaddleAliasFinder)]
     for name in [n for n in sys.modules if n == "paddle" or n.startswith("paddle.")]:
-        if getattr(sys.modules[name], "__name__", "").startswith("refimpl"):
+        module = sys.modules[name]
+        if getattr(module, "__name__", "").startswith("refimpl"):
+            module.__spec__ = _own_spec(module)   # (exec_module did this already unless an import failed)
             del sys.modules[name]
 
 

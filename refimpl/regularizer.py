@@ -69,3 +69,6 @@ class L2Decay(WeightDecayRegularizer):
 
     def __str__(self) -> str:
         return f"L2Decay, coeff={self._coeff:f}"
+
+from refimpl.framework import namespace_getattr as _namespace_getattr  # noqa: E402
+__getattr__ = _namespace_getattr(__name__)  # a Paddle name refimpl lacks: Unimplemented, naming it

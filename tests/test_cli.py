@@ -202,7 +202,7 @@ def _warns_then_fails(tmp_path):
 
 @pytest.mark.parametrize("case, words", [
     ("deep-json", "nested too deeply"),
-    ("warning-then-error", r"block 0 op 1 \(matmul_v2\): ValueError: operands could not be broadcast"),
+    ("warning-then-error", r"block 0 op 1 \(matmul_v2\): matmul_v2: X's last dim 3 differs from Y's second-to-last 5"),
     ("cyclic-sub-block", r"blocks\[1\]\.ops\[0\] \(conditional_block\).*cycle \(0 -> 1 -> 0\)"),
     ("truncated-params", r"params .*p\.npz' is truncated or corrupted"),
     ("huge-header-params", r"params .*p\.npz'.*'w'"),

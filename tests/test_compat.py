@@ -90,3 +90,18 @@ def test_runner_reports_a_diff_a_crash_a_missing_recording_and_a_hang(tmp_path):
     assert "record it with Paddle" in mismatch(script, tmp_path / "missing.txt")
     script.write_text("import time\ntime.sleep(30)\n")
     assert "still running after 3s" in mismatch(script, expected, timeout=3)
+
+
+def test_aliased_modules_keep_their_own_spec():
+    """importlib sets ``__spec__`` of what an alias import returns; the hook puts refimpl's back."""
+    code = ("import importlib, refimpl.compat as c, refimpl.static\n"
+            "c.install()\n"
+            "import paddle.static\n"
+            "assert paddle.static is refimpl.static\n"
+            "assert refimpl.static.__spec__.name == 'refimpl.static', refimpl.static.__spec__\n"
+            "c.uninstall()\n"
+            "assert importlib.reload(refimpl.static).__spec__.name == 'refimpl.static'\n"
+            "print('ok')\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert res.returncode == 0 and res.stdout == "ok\n", res.stderr[-2000:]

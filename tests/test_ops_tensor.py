@@ -90,6 +90,18 @@ def test_strided_slice_decrease_axis_and_tensors():
     assert np.array_equal(got, x[:, 4:0:-2, :])
 
 
+def test_strided_slice_float_bound_tensors_are_an_error():
+    x = np.arange(6.0)
+    with pytest.raises(InvalidArgument, match="strided_slice: input StartsTensor must be an int32 or int64 "
+                                              "tensor, got float32"):
+        _ss(x, np.array([1.7], np.float32), [], None, [], None, [], axes=[0], starts=[0], ends=[6], strides=[1])
+    with pytest.raises(InvalidArgument, match=r"strided_slice: input StridesTensorList\[0\] .* got float64"):
+        _ss(x, None, [], None, [], None, [np.array([2.0])], axes=[0], starts=[0], ends=[6], strides=[1])
+    got = _ss(x, np.array([1], np.int32), [], None, [np.array([5], np.int64)], None, [], axes=[0], starts=[0],
+              ends=[6], strides=[1])
+    assert got.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
 def test_strided_slice_grad():
     x = R.standard_normal((3, 5, 4))
     for attrs in ({"axes": [1, 2], "starts": [4, 0], "ends": [-6, 4], "strides": [-2, 3]},
@@ -154,6 +166,9 @@ def test_assign_value():
     assert got.shape == () and got.dtype == np.int32 and got == 3
     with pytest.raises(InvalidArgument, match=r"assign_value: 3 values do not fill shape \[2, 2\]"):
         run("assign_value", None, shape=[2, 2], dtype=5, values=[1.0, 2.0, 3.0])
+    # (Paddle 3.3.1's kernel wraps 2**40 to 0 in int32 without a word; refimpl refuses it)
+    with pytest.raises(InvalidArgument, match="assign_value: value 1099511627776 does not fit dtype int32"):
+        run("assign_value", None, shape=[3], dtype=2, values=[1, -2, 2 ** 40])
 
 
 def test_fill_constant_batch_size_like():
@@ -167,6 +182,10 @@ def test_fill_constant_batch_size_like():
         run("fill_constant_batch_size_like", np.zeros((2, 3)), shape=[1, 1], output_dim_idx=2)
     with pytest.raises(InvalidArgument, match="fill_constant_batch_size_like: input_dim_idx 2"):
         run("fill_constant_batch_size_like", np.zeros((2, 3)), shape=[1, 1], input_dim_idx=2)
+    # a -1 outside output_dim_idx: Paddle 3.3.1 builds Out (2, -1) but fails at run time
+    with pytest.raises(InvalidArgument, match=r"fill_constant_batch_size_like: shape \[-1, -1\] leaves a "
+                                              r"negative dim outside output_dim_idx 0"):
+        run("fill_constant_batch_size_like", np.zeros((2, 3)), shape=[-1, -1])
 
 
 def test_fill_constant_batch_size_like_static_shape():
@@ -178,6 +197,12 @@ def test_fill_constant_batch_size_like_static_shape():
                                       outputs={"Out": [o]},
                                       attrs={"shape": [7, 2, -1], "output_dim_idx": 2, "dtype": 3, "value": 1.5})
     assert o.shape == (7, 2, -1) and o.dtype == "int64"  # as Paddle 3.3.1 printed them
+    with paddle.static.program_guard(main, paddle.static.Program()):
+        y = paddle.static.data("y", [2, 3], "float32")
+        o2 = main.global_block().create_var(name="o2", dtype="float32")
+        main.global_block().append_op(type="fill_constant_batch_size_like", inputs={"Input": [y]},
+                                      outputs={"Out": [o2]}, attrs={"shape": [-1, -1], "value": 1.0})
+    assert o2.shape == (2, -1)  # Paddle 3.3.1 built this too (and failed when run)
 
 
 # ---- logical ops, is_empty ---------------------------------------------------------------------------
@@ -197,6 +222,19 @@ def test_logical_ops_read_non_zero_as_true():
     """Paddle 2.6.2 printed [[F, T, T], [F, T, T]] for logical_and(a, a), a = [[0, 1, 2], [-0.0, nan, 3]]."""
     a = np.array([[0, 1, 2], [-0.0, np.nan, 3]], np.float32)
     assert run("logical_and", a, a).tolist() == [[False, True, True], [False, True, True]]
+
+
+def test_comparison_and_logical_shapes_that_do_not_broadcast():
+    """A typed error naming the op and both shapes, at build time (infer-shape) and at run time."""
+    main = paddle.static.Program()
+    with paddle.static.program_guard(main, paddle.static.Program()):
+        x, y = paddle.static.data("x", [2, 3], "float32"), paddle.static.data("y", [4], "float32")
+        out = main.global_block().create_var(name="o", dtype="bool")
+        for op in ("less_than", "logical_and"):
+            with pytest.raises(InvalidArgument, match=rf"{op}: the shapes of X \[2, 3\] and Y \[4\] do not"):
+                main.global_block().append_op(type=op, inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]})
+    with pytest.raises(InvalidArgument, match=r"equal: the shapes of X \[2, 3, 4\] and Y \[3, 1, 1\] .*axis=0"):
+        run("equal", np.zeros((2, 3, 4)), np.zeros(3), axis=0)
 
 
 def test_is_empty():
@@ -261,6 +299,33 @@ def test_matmul_v2_bad_shapes_at_build_time():
         with pytest.raises(InvalidArgument, match="matmul_v2: X's last dim 4 differs"):
             main.global_block().append_op(type="matmul_v2", inputs={"X": [x], "Y": [z]}, outputs={"Out": [out]})
 
+
+
+def test_matmul_v2_vector_ignores_its_transpose():
+    """Paddle 3.3.1 (FLAGS_enable_pir_api=0) builds Out [4] for matmul(x[3], y[3, 4], transpose_x=True) and
+    for matmul(x[4, 3], y[3], transpose_y=True): a 1-D operand has no transpose."""
+    main = paddle.static.Program()
+    with paddle.static.program_guard(main, paddle.static.Program()):
+        v, m = paddle.static.data("v", [3], "float32"), paddle.static.data("m", [3, 4], "float32")
+        assert paddle.matmul(v, m, transpose_x=True).shape == (4,)
+        m2 = paddle.static.data("m2", [4, 3], "float32")
+        assert paddle.matmul(m2, v, transpose_y=True).shape == (4,)
+        assert paddle.matmul(v, m2, transpose_x=True, transpose_y=True).shape == (4,)
+    x, a, b = R.standard_normal(3), R.standard_normal((3, 4)), R.standard_normal((4, 3))
+    np.testing.assert_allclose(run("matmul_v2", x, a, trans_x=True), x @ a, rtol=1e-12)
+    np.testing.assert_allclose(run("matmul_v2", b, x, trans_y=True), b @ x, rtol=1e-12)
+
+
+@pytest.mark.parametrize("xs,ys,attrs,match", [
+    ((2, 3), (4, 5), {}, "X's last dim 3 differs from Y's second-to-last 4"),
+    ((3,), (4, 2), {"trans_x": True}, "X's last dim 3 differs"),
+    ((2, 3, 4), (3, 4, 5), {}, "the batch dims of X and Y do not broadcast"),
+    ((), (3,), {}, "X and Y must have at least 1 dim"),
+])
+def test_matmul_v2_bad_shapes_at_run_time(xs, ys, attrs, match):
+    """Shapes unknown when the program is built: the kernel raises the infer-shape's typed error."""
+    with pytest.raises(InvalidArgument, match="matmul_v2: " + match):
+        run("matmul_v2", np.zeros(xs), np.zeros(ys), **attrs)
 
 # ---- accuracy -----------------------------------------------------------------------------------------
 def test_accuracy_paddle_numbers():

@@ -45,6 +45,16 @@ def test_shared_parameter_shape_mismatch_is_an_error():
         b.create_parameter("p", [4], "float32")
 
 
+def test_shared_parameter_dtype_mismatch_is_paddles_error():
+    b = paddle.static.Program().global_block()
+    b.create_parameter("w", [2], "float32")
+    with pytest.raises(ValueError) as err:
+        b.create_parameter("w", [2], "float64")
+    # Paddle 3.3.1 (FLAGS_enable_pir_api=0) raised ValueError with this text
+    assert str(err.value) == ("Variable 'w' has been created before. The previous data type is paddle.float32, "
+                              "the new data type is paddle.float64. They are not matched.")
+
+
 def test_clone_for_test_prunes_and_sets_is_test():
     _, train, _ = _train_and_test()
     test = train.clone(for_test=True)
@@ -111,6 +121,11 @@ def test_get_value_set_value_and_state_dict():
     np.testing.assert_array_equal(np.array(w.get_value(scope)), np.ones((4, 2)))
     with pytest.raises(ValueError, match=r"fc_0.w_0 expected a shape \[4, 2\], but the received shape is \[2\]"):
         w.set_value(np.ones(2, "float32"), scope)
+    with pytest.raises(TypeError) as err:
+        w.set_value([1.0, 2.0], scope)
+    # Paddle 3.3.1 (FLAGS_enable_pir_api=0) raised TypeError with this text
+    assert str(err.value) == "`value` should be `numpy.ndarray` or `DenseTensor`, but received <class 'list'>."
+    assert isinstance(err.value, InvalidArgument)
     with pytest.raises(ValueError, match="Can not find Variable 'fc_0.w_0' in the Scope"):
         w.get_value(paddle.static.Scope())
     assert sorted(main.state_dict("param", scope)) == ["fc_0.b_0", "fc_0.w_0"]
@@ -153,3 +168,19 @@ def test_detach_size_cpu_append_paddles_ops_and_run():
     got_a, got_b, got_c = paddle.static.Executor().run(main, feed={"x": feed}, fetch_list=[a, b, c])
     assert np.array_equal(got_a, feed) and int(got_b) == 6 and got_b.dtype == np.int64
     assert np.array_equal(got_c, feed) and got_c.dtype == np.float32
+
+
+def test_operator_remove_output_and_clone_for_test_drop_reserve_space():
+    main = paddle.static.Program()
+    with paddle.static.program_guard(main, paddle.static.Program()):
+        x = paddle.static.data("x", [2, 3, 4, 4], "float32")
+        paddle.static.nn.batch_norm(x)
+    (bn,) = [op for op in main.global_block().ops if op.type == "batch_norm"]
+    assert "ReserveSpace" in bn.output_names
+    test = main.clone(for_test=True)
+    (tbn,) = [op for op in test.global_block().ops if op.type == "batch_norm"]
+    assert "ReserveSpace" not in tbn.output_names and tbn.attr("is_test") is True
+    assert "ReserveSpace" in bn.output_names and bn.attr("is_test") is False  # the original is left alone
+    bn.remove_output("ReserveSpace")
+    bn.remove_output("NoSuchSlot")
+    assert "ReserveSpace" not in bn.output_names and bn.output("ReserveSpace") == []

@@ -143,3 +143,25 @@ def test_block_header_shows_backward_idx():
     bwd.forward_block_idx = fwd.idx
     assert str(fwd).startswith("{ // block_idx:1  parent_idx:0  forward_idx:-1  backward_idx:2\n")
     assert str(bwd).startswith("{ // block_idx:2  parent_idx:0  forward_idx:1  backward_idx:-1\n")
+
+
+# The "f:" lines of main.to_string(True), printed by Paddle 3.3.1 (FLAGS_enable_pir_api=0), for scale ops
+# appended by hand with these scale attrs (bias 0.0 each): protobuf's float text, not Python's %g.
+PADDLE_331_FLOAT_ATTRS = [(0.1234567, "0.123456702"), (1.0, "1"), (0.0, "0"), (123456792.0, "123456792"),
+                          (1e-05, "1e-05"), (1e-7, "1e-07"), (3.4028234663852886e+38, "3.40282347e+38"),
+                          (-2.5, "-2.5"), (1e20, "1e+20"), (0.5, "0.5")]
+
+
+def test_float_attrs_in_proto_text_equal_paddle():
+    main = paddle.static.Program()
+    with paddle.static.program_guard(main, paddle.static.Program()):
+        block = main.global_block()
+        x = paddle.static.data("x", [2, 3], "float32")
+        for i, (v, _) in enumerate(PADDLE_331_FLOAT_ATTRS):
+            out = block.create_var(name=f"o{i}", dtype="float32")
+            block.append_op(type="scale", inputs={"X": [x]}, outputs={"Out": [out]}, attrs={"scale": v, "bias": 0.0})
+    got = [line.strip() for line in main.to_string(True).splitlines() if line.strip().startswith("f: ")]
+    want = []
+    for _, text in PADDLE_331_FLOAT_ATTRS:
+        want += ["f: 0", f"f: {text}"]  # bias sorts before scale
+    assert got == want

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TYPE_CHECKING, TypeVar
 
+from refimpl.core.dtypes import convert_dtype
 from refimpl.core.errors import AlreadyExists, InvalidArgument
 
 from .op_role import OP_DEVICE_ATTR, OP_NAMESCOPE_ATTR, OP_ROLE_ATTR, OP_ROLE_VAR_ATTR
 from .operator import Operator
-from .variable import PaddleText, Parameter, Variable, VariableNotFound
+from .variable import BadValue, PaddleText, Parameter, Variable, VariableNotFound
 
 if TYPE_CHECKING:
     from .program import Program
@@ -129,6 +130,10 @@ class Block:
                 raise InvalidArgument(f"Variable '{name}' has been created before. The previous shape is "
                                       f"{tuple(old.shape)}, the new shape is {tuple(int(d) for d in shape)}. "
                                       f"They are not matched.")
+            if old.dtype != convert_dtype(dtype):
+                raise BadValue(f"Variable '{name}' has been created before. The previous data type is "
+                               f"paddle.{old.dtype}, the new data type is paddle.{convert_dtype(dtype)}. "
+                               f"They are not matched.")
             param = old
         else:
             param = Parameter(glob, name, shape, dtype, **kwargs)

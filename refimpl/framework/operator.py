@@ -114,6 +114,11 @@ class Operator:
         self._outputs[slot] = list(names)
         self._changed()
 
+    def remove_output(self, slot: str) -> None:
+        """Drop output slot ``slot`` (Paddle's ``OpDesc.remove_output``); a missing slot is no error."""
+        if self._outputs.pop(slot, None) is not None:
+            self._changed()
+
     # ---- attrs --------------------------------------------------------
     def attr(self, name: str) -> Any:
         if name not in self._attrs:

@@ -229,9 +229,9 @@ def _prune_backward(p: Program) -> None:
         b.ops = [op for op in b.ops if not op.role() & (OpRole.Backward | OpRole.Optimize)]
         for op in b.ops:
             if op.has_attr("is_test"):
-                op._attrs["is_test"] = True
+                op._set_attr("is_test", True)
             if op.type == "batch_norm":
-                op._outputs.pop("ReserveSpace", None)
+                op.remove_output("ReserveSpace")
     used = {n for b in p.blocks for op in b.ops for n in op.input_arg_names + op.output_arg_names}
     for b in p.blocks:
         b.vars = {k: v for k, v in b.vars.items() if k in used}

@@ -36,6 +36,7 @@ Data vars, parameters and persistable vars print exactly as Paddle's.
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Dict, List, Tuple, TYPE_CHECKING
 
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
     from .variable import Variable
 
 __all__ = ["attr_value_text", "var_to_readable", "op_to_readable", "block_to_readable", "program_to_readable",
-           "var_to_proto_text", "op_to_proto_text", "block_to_proto_text", "program_to_proto_text"]
+           "var_to_proto_text", "op_to_proto_text", "proto_float_text", "block_to_proto_text",
+           "program_to_proto_text"]
 
 TENSOR_TYPES = ("DENSE_TENSOR", "SELECTED_ROWS")
 COMMON_ATTR_DEFAULTS = {"op_device": "", "op_namescope": "", "op_role": 0, "op_role_var": [],
@@ -99,7 +101,7 @@ def _slots_text(slots: Dict[str, List[str]]) -> str:
 
 def _printed_attrs(op: Operator, skip_op_callstack: bool = True) -> List[Tuple[str, Any]]:
     attrs: Dict[str, Any] = dict(COMMON_ATTR_DEFAULTS, op_callstack=[])
-    attrs.update(op._attrs)
+    attrs.update(op.all_attrs())
     return [(k, attrs[k]) for k in sorted(attrs) if not (skip_op_callstack and k == "op_callstack")]
 
 
@@ -162,6 +164,17 @@ def var_to_proto_text(v: Variable, with_details: bool = False) -> str:
     return text
 
 
+def proto_float_text(value: float) -> str:
+    """A float attr as protobuf's text format prints it (``SimpleFtoa``): the 6 significant digits of
+    ``%g`` when they read back as the same float32, else 9 (always enough); ``inf``, ``-inf``, ``nan``."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    short = f"{value:.6g}"
+    return short if np.float32(float(short)) == np.float32(value) else f"{value:.9g}"
+
+
 def _proto_attr(name: str, value: Any) -> str:
     from .block import Block
     value = _python_value(value)
@@ -172,7 +185,7 @@ def _proto_attr(name: str, value: Any) -> str:
     elif isinstance(value, int):
         body = f"type: INT\n  i: {value}"
     elif isinstance(value, float):
-        body = f"type: FLOAT\n  f: {value:g}"
+        body = f"type: FLOAT\n  f: {proto_float_text(value)}"
     elif isinstance(value, str):
         body = f'type: STRING\n  s: "{value}"'
     elif isinstance(value, list) and value and all(isinstance(x, bool) for x in value):
@@ -180,7 +193,7 @@ def _proto_attr(name: str, value: Any) -> str:
     elif isinstance(value, list) and value and all(isinstance(x, int) for x in value):
         body = "type: INTS" + "".join(f"\n  ints: {x}" for x in value)
     elif isinstance(value, list) and value and all(isinstance(x, float) for x in value):
-        body = "type: FLOATS" + "".join(f"\n  floats: {x:g}" for x in value)
+        body = "type: FLOATS" + "".join(f"\n  floats: {proto_float_text(x)}" for x in value)
     elif isinstance(value, list) and value and all(isinstance(x, Block) for x in value):
         body = "type: BLOCKS" + "".join(f"\n  blocks_idx: {b.idx}" for b in value)
     else:

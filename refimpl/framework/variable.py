@@ -21,7 +21,8 @@ from refimpl.core.errors import InvalidArgument, NotFound
 if TYPE_CHECKING:
     from .block import Block
 
-__all__ = ["Variable", "Parameter", "PaddleText", "VariableNotFound", "BadValue", "DENSE_TENSOR", "VAR_TYPES"]
+__all__ = ["Variable", "Parameter", "PaddleText", "VariableNotFound", "BadValue", "BadType",
+           "DENSE_TENSOR", "VAR_TYPES"]
 
 DENSE_TENSOR = "DENSE_TENSOR"
 VAR_TYPES = ("DENSE_TENSOR", "SELECTED_ROWS", "DENSE_TENSOR_ARRAY", "STEP_SCOPES",
@@ -42,6 +43,10 @@ class VariableNotFound(PaddleText, NotFound, ValueError):
 
 class BadValue(PaddleText, InvalidArgument):
     """A value Paddle rejects with a ``ValueError`` whose message a script may print."""
+
+
+class BadType(PaddleText, InvalidArgument, TypeError):
+    """A value of a type Paddle rejects with a ``TypeError`` whose message a script may print."""
 
 
 class Variable:
@@ -145,8 +150,7 @@ class Variable:
     def set_value(self, value: Any, scope: Any = None) -> None:
         """Write ``value`` (an array, or a tensor) into this variable's tensor in ``scope``."""
         if not (isinstance(value, np.ndarray) or hasattr(value, "__array__")):
-            raise InvalidArgument(f"Variable.set_value({self.name!r}): value must be a numpy.ndarray or "
-                                  f"DenseTensor, got {type(value).__name__}")
+            raise BadType(f"`value` should be `numpy.ndarray` or `DenseTensor`, but received {type(value)}.")
         t = self._scope_tensor("set_value", scope)
         value = np.asarray(value)
         if t._is_initialized() and list(t.shape()) != list(value.shape):

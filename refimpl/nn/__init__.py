@@ -3,3 +3,6 @@ from . import functional, initializer
 from .functional import relu, gelu, softmax
 from .clip import *  # noqa: F401,F403
 from .layer import *  # noqa: F401,F403
+
+from refimpl.framework import namespace_getattr as _namespace_getattr  # noqa: E402
+__getattr__ = _namespace_getattr(__name__)  # a Paddle name refimpl lacks: Unimplemented, naming it

@@ -184,7 +184,20 @@ def assign_value(ValuesTensor, *, shape, dtype, values):
     if len(values) != n:
         raise InvalidArgument(f"assign_value: {len(values)} values do not fill shape {list(shape)} "
                               f"({n} elements)")
-    return np.array(values, dtype=_numpy_dtype(dtype)).reshape(tuple(shape))
+    dt = _numpy_dtype(dtype)
+    try:
+        return np.array(values, dtype=dt).reshape(tuple(shape))
+    except OverflowError:
+        bad = next(v for v in values if _overflows(v, dt))
+        raise InvalidArgument(f"assign_value: value {bad} does not fit dtype {convert_dtype(dtype)}") from None
+
+
+def _overflows(value, dt):
+    try:
+        np.array(value, dtype=dt)
+        return False
+    except OverflowError:
+        return True
 
 
 # ---- eye --------------------------------------------------------------------------------------
@@ -206,8 +219,13 @@ def eye(*, num_rows, num_columns, dtype):
 
 
 # ---- fill_constant_batch_size_like ---------------------------------------------------------
-def batch_size_like_shape(in_shape, shape, input_dim_idx, output_dim_idx, op="fill_constant_batch_size_like"):
-    """``shape`` with dim ``output_dim_idx`` taken from Input's dim ``input_dim_idx``."""
+def batch_size_like_shape(in_shape, shape, input_dim_idx, output_dim_idx, op="fill_constant_batch_size_like",
+                          unknown_ok=False):
+    """``shape`` with dim ``output_dim_idx`` taken from Input's dim ``input_dim_idx``.
+
+    A -1 left in another dim passes the build (``unknown_ok``, as Paddle's infer-meta lets it) but is
+    an InvalidArgument at run time, where Paddle fails to allocate the tensor.
+    """
     if not 0 <= input_dim_idx < len(in_shape):
         raise InvalidArgument(f"{op}: input_dim_idx {input_dim_idx} is out of range for Input of rank "
                               f"{len(in_shape)}")
@@ -215,12 +233,16 @@ def batch_size_like_shape(in_shape, shape, input_dim_idx, output_dim_idx, op="fi
         raise InvalidArgument(f"{op}: output_dim_idx {output_dim_idx} is out of range for shape {list(shape)}")
     out = [int(d) for d in shape]
     out[output_dim_idx] = int(in_shape[input_dim_idx])
+    if not unknown_ok and any(d < 0 for d in out):
+        raise InvalidArgument(f"{op}: shape {list(shape)} leaves a negative dim outside output_dim_idx "
+                              f"{output_dim_idx} (Out would be {out})")
     return tuple(out)
 
 
 def _batch_size_like_infer(ins, attrs):
     xs, _ = first(ins, "Input")
-    shape = batch_size_like_shape(xs, attrs["shape"], attrs["input_dim_idx"], attrs["output_dim_idx"])
+    shape = batch_size_like_shape(xs, attrs["shape"], attrs["input_dim_idx"], attrs["output_dim_idx"],
+                                  unknown_ok=True)
     return {"Out": (shape, VARTYPE_TO_NAME[attrs["dtype"]])}
 
 

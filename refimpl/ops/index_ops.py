@@ -35,7 +35,7 @@ from refimpl.core.errors import InvalidArgument
 from .common import first
 from .grad_maker import simple_grad
 from .registry import register_op
-from .shape_ops import Dims, _int_values, norm_axes  # (importing it registers squeeze2, unsqueeze2, stack, expand_v2)
+from .shape_ops import Dims, int_values, norm_axes  # (importing it registers squeeze2, unsqueeze2, stack, expand_v2)
 
 
 def _scalar(t):
@@ -173,9 +173,9 @@ def _slice_infer(ins, attrs):
 def slice_values(shape, axes, starts, ends, StartsTensor, EndsTensor, StartsTensorList, EndsTensorList):
     """The run-time (axis, start, end) list: tensors override the attrs."""
     if StartsTensor is not None or StartsTensorList:
-        starts = _int_values(StartsTensor, StartsTensorList)
+        starts = int_values(StartsTensor, StartsTensorList)
     if EndsTensor is not None or EndsTensorList:
-        ends = _int_values(EndsTensor, EndsTensorList)
+        ends = int_values(EndsTensor, EndsTensorList)
     return slice_bounds(tuple(shape), axes, starts, ends)
 
 

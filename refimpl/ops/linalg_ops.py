@@ -2,7 +2,9 @@
 
 ``matmul_v2`` mirrors Paddle's op (``paddle/phi/kernels/impl/matmul_kernel_impl.h``,
 ``matmul_grad_kernel_impl.h``): batch dims broadcast, ``trans_x`` / ``trans_y`` swap the last two dims,
-a 1-D operand is a row (X) or column (Y) whose dim is dropped from Out. When Y is a matrix and X has
+a 1-D operand is a row (X) or column (Y) whose dim is dropped from Out (it has no transpose: trans_x /
+trans_y on a vector are ignored, as in Paddle's ``MatmulInferMeta``). ``check_matmul_shapes`` is the
+infer-meta's check, run again by both kernels for shapes unknown at build time. When Y is a matrix and X has
 batch dims (and is not transposed), Out and X@GRAD are one 2-D product each, of X's (Out@GRAD's) rows
 folded into one matrix: each output is the same dot product as batch by batch (bit for bit for
 the small, in-order products; BLAS may round large ones differently in the last bit). Y@GRAD stays a
@@ -28,34 +30,44 @@ from .math_ops import mm
 from .registry import register_op
 
 
-# ---- matmul_v2 ------------------------------------------------------------
-def _matmul_infer(ins, attrs):
-    (xs, dt), (ys, _) = first(ins, "X"), first(ins, "Y")
+# ---- matmul_v2 ----------------------------------------------------------------------------
+def check_matmul_shapes(xs, ys, trans_x: bool, trans_y: bool) -> tuple:
+    """MatmulInferMeta's checks; returns Out's shape (-1, unknown, matches anything).
+
+    A 1-D X (Y) is a row (column) and has no transpose: trans_x (trans_y) swaps the last two dims
+    only of an operand with 2+ dims, as Paddle's MatmulInferMeta and kernel do.
+    """
+    shapes = f"(shapes {list(xs)} and {list(ys)}, trans_x={trans_x}, trans_y={trans_y})"
     xs, ys = list(xs), list(ys)
+    if not xs or not ys:
+        raise InvalidArgument(f"matmul_v2: X and Y must have at least 1 dim {shapes}")
     x1, y1 = len(xs) == 1, len(ys) == 1
+    if trans_x and not x1:
+        xs[-1], xs[-2] = xs[-2], xs[-1]
+    if trans_y and not y1:
+        ys[-1], ys[-2] = ys[-2], ys[-1]
     if x1:
         xs = [1] + xs
     if y1:
         ys = ys + [1]
-    if attrs["trans_x"]:
-        xs[-1], xs[-2] = xs[-2], xs[-1]
-    if attrs["trans_y"]:
-        ys[-1], ys[-2] = ys[-2], ys[-1]
     if -1 not in (xs[-1], ys[-2]) and xs[-1] != ys[-2]:
         raise InvalidArgument(f"matmul_v2: X's last dim {xs[-1]} differs from Y's second-to-last {ys[-2]} "
-                              f"(shapes {list(first(ins, 'X')[0])} and {list(first(ins, 'Y')[0])}, "
-                              f"trans_x={attrs['trans_x']}, trans_y={attrs['trans_y']})")
+                              f"{shapes}")
     try:
         batch = broadcast_shape(xs[:-2], ys[:-2])
     except ValueError:
-        raise InvalidArgument(f"matmul_v2: the batch dims of X {list(first(ins, 'X')[0])} and Y "
-                              f"{list(first(ins, 'Y')[0])} do not broadcast") from None
+        raise InvalidArgument(f"matmul_v2: the batch dims of X and Y do not broadcast {shapes}") from None
     out = list(batch) + [xs[-2], ys[-1]]
     if x1:
         out.pop(-2)
     if y1:
         out.pop(-1)
-    return {"Out": (tuple(out), dt)}
+    return tuple(out)
+
+
+def _matmul_infer(ins, attrs):
+    (xs, dt), (ys, _) = first(ins, "X"), first(ins, "Y")
+    return {"Out": (check_matmul_shapes(xs, ys, attrs["trans_x"], attrs["trans_y"]), dt)}
 
 
 def _t(a, flag):
@@ -76,6 +88,7 @@ def _rows(a):
              grad=simple_grad("matmul_v2_grad", ["X", "Y", "Out@GRAD"], ["X@GRAD", "Y@GRAD"]))
 def matmul_v2(X, Y, *, trans_x, trans_y):
     """A vector X (Y) is a one-row (one-column) matrix whose dim is dropped from Out."""
+    check_matmul_shapes(X.shape, Y.shape, trans_x, trans_y)
     x = X[None, :] if X.ndim == 1 else _t(X, trans_x)
     y = Y[:, None] if Y.ndim == 1 else _t(Y, trans_y)
     out = mm(_rows(x), y).reshape(x.shape[:-1] + y.shape[-1:]) if _folded(x, y, trans_x) else mm(x, y)

@@ -21,60 +21,55 @@ from .common import align_y, broadcast_shape, first
 from .registry import register_op
 
 
-def _compare_infer(ins, attrs):
-    (xs, _), (ys, _) = first(ins, "X"), first(ins, "Y")
-    return {"Out": (broadcast_shape(xs, align_y(ys, len(xs), attrs["axis"])), "bool")}
-
-
-def _register_compare(name, fn):
-    @register_op(name, ["X", "Y"], ["Out"], {"axis": -1, "force_cpu": False},
-                 infer_shape=_compare_infer)
-    def kernel(X, Y, *, axis):
-        X, Y = np.asarray(X), np.asarray(Y)
-        if axis != -1 and Y.ndim < X.ndim:
-            Y = Y.reshape(align_y(Y.shape, X.ndim, axis))
-        try:
-            return fn(X, Y)
-        except ValueError:
-            raise InvalidArgument(f"{name}: shapes {list(X.shape)} and {list(Y.shape)} "
-                                  f"do not broadcast (axis={axis})") from None
-    kernel.__name__ = name
-    return kernel
-
-
-equal = _register_compare("equal", np.equal)
-less_than = _register_compare("less_than", np.less)
-not_equal = _register_compare("not_equal", np.not_equal)
-less_equal = _register_compare("less_equal", np.less_equal)
-greater_than = _register_compare("greater_than", np.greater)
-greater_equal = _register_compare("greater_equal", np.greater_equal)
-
-
-def _logical_infer(name):
+def _bool_infer(name):
+    """Out's static shape: X and Y broadcast (Y aligned at ``axis`` for a comparison), bool."""
     def infer(ins, attrs):
         (xs, _), (ys, _) = first(ins, "X"), first(ins, "Y")
         try:
-            return {"Out": (broadcast_shape(xs, ys), "bool")}
+            return {"Out": (broadcast_shape(xs, align_y(ys, len(xs), attrs.get("axis", -1))), "bool")}
         except ValueError:
-            raise InvalidArgument(f"{name}: the shapes of X {list(xs)} and Y {list(ys)} do not broadcast") from None
+            raise InvalidArgument(f"{name}: the shapes of X {list(xs)} and Y {list(ys)} do not broadcast"
+                                  f"{_axis_text(attrs.get('axis'))}") from None
     return infer
 
 
-def _register_logical(name, fn):
-    @register_op(name, ["X", "Y"], ["Out"], {}, infer_shape=_logical_infer(name))
-    def kernel(X, Y):
-        try:
-            return fn(X, Y)
-        except ValueError:
-            raise InvalidArgument(f"{name}: the shapes of X {list(np.shape(X))} and Y {list(np.shape(Y))} "
-                                  f"do not broadcast") from None
+def _axis_text(axis):
+    return "" if axis is None else f" (axis={axis})"
+
+
+def _bool_op(name, fn, X, Y, axis=None):
+    X, Y = np.asarray(X), np.asarray(Y)
+    if axis not in (None, -1) and Y.ndim < X.ndim:
+        Y = Y.reshape(align_y(Y.shape, X.ndim, axis))
+    try:
+        return fn(X, Y)
+    except ValueError:
+        raise InvalidArgument(f"{name}: the shapes of X {list(X.shape)} and Y {list(Y.shape)} do not broadcast"
+                              f"{_axis_text(axis)}") from None
+
+
+def _register_bool_op(name, fn, attrs):
+    """A broadcasting X, Y -> bool op: a comparison (attrs ``axis``, ``force_cpu``) or a logical op."""
+    if "axis" in attrs:
+        def kernel(X, Y, *, axis):
+            return _bool_op(name, fn, X, Y, axis)
+    else:
+        def kernel(X, Y):
+            return _bool_op(name, fn, X, Y)
     kernel.__name__ = name
-    return kernel
+    return register_op(name, ["X", "Y"], ["Out"], dict(attrs), infer_shape=_bool_infer(name))(kernel)
 
 
-logical_and = _register_logical("logical_and", np.logical_and)
-logical_or = _register_logical("logical_or", np.logical_or)
-logical_xor = _register_logical("logical_xor", np.logical_xor)
+_COMPARE_ATTRS = {"axis": -1, "force_cpu": False}
+equal = _register_bool_op("equal", np.equal, _COMPARE_ATTRS)
+less_than = _register_bool_op("less_than", np.less, _COMPARE_ATTRS)
+not_equal = _register_bool_op("not_equal", np.not_equal, _COMPARE_ATTRS)
+less_equal = _register_bool_op("less_equal", np.less_equal, _COMPARE_ATTRS)
+greater_than = _register_bool_op("greater_than", np.greater, _COMPARE_ATTRS)
+greater_equal = _register_bool_op("greater_equal", np.greater_equal, _COMPARE_ATTRS)
+logical_and = _register_bool_op("logical_and", np.logical_and, {})
+logical_or = _register_bool_op("logical_or", np.logical_or, {})
+logical_xor = _register_bool_op("logical_xor", np.logical_xor, {})
 
 
 @register_op("is_empty", ["X"], ["Out"], {}, infer_shape=lambda ins, attrs: {"Out": ((), "bool")})

@@ -54,8 +54,9 @@ def _rows(a, begin_norm_axis):
 def _row_sums_in_order(a):
     """Row sums of a 2-D array added one element after the other, in a's dtype. NumPy reduces an outer
     axis of a C-contiguous array in order, one rounded add per row, so these are the column sums of
-    a's contiguous transpose (no copy for the transpose of a contiguous array); float16 (whose reduce
-    adds in float32) takes cumsum, which rounds every step."""
+    a C-contiguous copy of a's transpose (``np.ascontiguousarray`` copies the whole array here: the
+    price of the in-order sums); float16 (whose reduce adds in float32) takes cumsum, which rounds
+    every step."""
     if a.dtype in (np.float32, np.float64):
         return np.add.reduce(np.ascontiguousarray(a.T), axis=0)
     return np.cumsum(a, axis=1, dtype=a.dtype)[:, -1] if a.shape[1] else np.zeros(a.shape[0], a.dtype)

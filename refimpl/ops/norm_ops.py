@@ -54,7 +54,7 @@ from .registry import register_op
 _BN_ATTRS = {"momentum": f32(0.9), "epsilon": f32(1e-5), "data_layout": "NCHW", "is_test": False,
              "use_global_stats": False, "trainable_statistics": False}
 _LAYOUTS = ("NCHW", "NHWC")
-_PARAMS = ("Scale", "Bias", "Mean", "Variance")
+PARAM_SLOTS = ("Scale", "Bias", "Mean", "Variance")
 
 
 # ---- shapes and checks ----------------------------------------------------------------
@@ -80,20 +80,20 @@ def _bn_infer(ins, attrs):
     _check_x_rank("batch_norm", shape)
     c = _channel_dim(shape, attrs["data_layout"])
     saved_dt = "float32" if dt in ("float16", "bfloat16") else dt
-    for slot in _PARAMS:
+    for slot in PARAM_SLOTS:
         if ins.get(slot):
             p_shape, p_dt = first(ins, slot)
             _check_param("batch_norm", slot, p_shape, c)
             if p_dt is not None and saved_dt is not None and p_dt != saved_dt:
                 raise InvalidArgument(f"batch_norm: input {slot} has dtype {p_dt}, X of dtype {dt} needs {saved_dt}")
     mean_shape = (c,) if c >= 0 else tuple(first(ins, "Mean")[0])
-    saved_shape = () if _test_mode(attrs["is_test"], attrs["trainable_statistics"]) else mean_shape
+    saved_shape = () if is_test_mode(attrs["is_test"], attrs["trainable_statistics"]) else mean_shape
     return {"Y": (tuple(shape), dt), "MeanOut": (mean_shape, first(ins, "Mean")[1]),
             "VarianceOut": (mean_shape, first(ins, "Variance")[1]), "SavedMean": (saved_shape, saved_dt),
             "SavedVariance": (saved_shape, saved_dt), "ReserveSpace": ((-1,), None)}
 
 
-def _check_run(op: str, x, params, data_layout: str) -> None:
+def check_run(op: str, x, params, data_layout: str) -> None:
     """The O(1) run-time checks (a program loaded from JSON has no build-time ones)."""
     check_choice(op, "data_layout", data_layout, _LAYOUTS)
     _check_x_rank(op, x.shape)
@@ -119,13 +119,14 @@ def channel_sums(v: np.ndarray) -> np.ndarray:
 
 
 # ---- batch_norm ------------------------------------------------------------------------------------
-def _test_mode(is_test, trainable_statistics):
+def is_test_mode(is_test: bool, trainable_statistics: bool) -> bool:
     """Paddle's test mode: SavedMean / SavedVariance get no shape (``[]``) and no value."""
     return is_test and not trainable_statistics
 
 
-def _global_stats(is_test, use_global_stats, trainable_statistics):
-    return _test_mode(is_test, trainable_statistics) or use_global_stats
+def uses_global_stats(is_test: bool, use_global_stats: bool, trainable_statistics: bool) -> bool:
+    """Whether the forward normalises with Mean / Variance instead of the batch's statistics."""
+    return is_test_mode(is_test, trainable_statistics) or use_global_stats
 
 
 def _momentum(MomentumTensor, momentum):
@@ -154,12 +155,12 @@ def batch_norm(X: np.ndarray, Scale: np.ndarray, Bias: np.ndarray, Mean: np.ndar
                MomentumTensor: Optional[np.ndarray], *, momentum: float, epsilon: float, data_layout: str,
                is_test: bool, use_global_stats: bool, trainable_statistics: bool) -> Tuple:
     """See the module docstring; every step in X's dtype, in the order of Paddle's CPU kernel."""
-    _check_run("batch_norm", X, zip(_PARAMS, (Scale, Bias, Mean, Variance)), data_layout)
+    check_run("batch_norm", X, zip(PARAM_SLOTS, (Scale, Bias, Mean, Variance)), data_layout)
     T = X.dtype.type
     xv, cshape = _views(X, data_layout)
     count = X.size // xv.shape[1]  # N * HW
     reserve = np.empty((0,), X.dtype)
-    if _global_stats(is_test, use_global_stats, trainable_statistics):
+    if uses_global_stats(is_test, use_global_stats, trainable_statistics):
         mean, inv_std = Mean.copy(), T(1) / np.sqrt(Variance + T(epsilon))
         mean_out, var_out = Mean.copy(), Variance.copy()
     elif count == 1:  # as Paddle: one element per channel gives y = x, statistics untouched
@@ -177,7 +178,7 @@ def batch_norm(X: np.ndarray, Scale: np.ndarray, Bias: np.ndarray, Mean: np.ndar
     new_scale = inv_std * Scale
     new_bias = Bias - mean * inv_std * Scale
     y = xv * new_scale.reshape(cshape) + new_bias.reshape(cshape)
-    if _test_mode(is_test, trainable_statistics):  # 0-D, as inferred (Paddle leaves them unwritten)
+    if is_test_mode(is_test, trainable_statistics):  # 0-D, as inferred (Paddle leaves them unwritten)
         mean, inv_std = np.zeros((), mean.dtype), np.zeros((), inv_std.dtype)
     return y.reshape(X.shape), mean_out, var_out, mean, inv_std, reserve
 
@@ -199,7 +200,7 @@ def batch_norm_grad(X: np.ndarray, Scale: np.ndarray, Bias: np.ndarray, Mean: Op
                     need: Tuple[bool, bool, bool]) -> Tuple:
     """See the module docstring. Global statistics here are ``is_test or use_global_stats``, as in
     Paddle's grad kernel (which, unlike the forward one, ignores trainable_statistics)."""
-    _check_run("batch_norm_grad", X, (("Scale", Scale),), data_layout)
+    check_run("batch_norm_grad", X, (("Scale", Scale),), data_layout)
     if dY.shape != X.shape:
         raise InvalidArgument(f"batch_norm_grad: Y@GRAD has shape {list(dY.shape)}, X {list(X.shape)}")
     T = X.dtype.type

@@ -42,10 +42,13 @@ def norm_axes(axes: Sequence[int], rank: int, op: str, attr: str = "axes") -> Li
     return out
 
 
-def _int_values(tensor, tensors):
+def int_values(tensor: Any, tensors: Sequence[Any]) -> List[int]:
+    """The ints of a 1-D int tensor, else of a list of 1-element tensors (an attr's run-time override)."""
     if tensor is not None:
         return [int(v) for v in np.asarray(tensor).reshape(-1)]
     return [int(np.asarray(t).reshape(-1)[0]) for t in tensors]
+
+
 
 
 # ---- squeeze2 ----------------------------------------------------------------------------
@@ -104,7 +107,7 @@ def _unsqueeze_infer(ins, attrs):
                               ["X@GRAD"]))
 def unsqueeze2(X, AxesTensor, AxesTensorList, *, axes, need):
     if AxesTensor is not None or AxesTensorList:
-        axes = _int_values(AxesTensor, AxesTensorList)
+        axes = int_values(AxesTensor, AxesTensorList)
     return X.reshape(unsqueeze_shape(X.shape, axes)), (xshape_of(X) if need[1] else None)
 
 
@@ -188,7 +191,7 @@ def _expand_infer(ins, attrs):
 
 def target_shape(X: Any, Shape: Any, expand_shapes_tensor: Any, shape: Sequence[int]) -> Tuple[int, ...]:
     if Shape is not None or expand_shapes_tensor:
-        shape = _int_values(Shape, expand_shapes_tensor)
+        shape = int_values(Shape, expand_shapes_tensor)
     return expand_shape(X.shape, shape)
 
 
@@ -231,7 +234,7 @@ def _tile_infer(ins, attrs):
              grad=simple_grad("tile_grad", ["X", "Out@GRAD", "RepeatTimes", "repeat_times_tensor"], ["X@GRAD"]))
 def tile(X, RepeatTimes, repeat_times_tensor, *, repeat_times):
     if RepeatTimes is not None or repeat_times_tensor:
-        repeat_times = _int_values(RepeatTimes, repeat_times_tensor)
+        repeat_times = int_values(RepeatTimes, repeat_times_tensor)
     _, reps = tile_dims(X.shape, repeat_times)
     return np.tile(X, reps)
 
@@ -250,7 +253,7 @@ def tiles_first(dOut: np.ndarray, x: Tuple[int, ...], r: Tuple[int, ...]) -> np.
 def tile_grad(X, dOut, RepeatTimes, repeat_times_tensor, *, repeat_times):
     """The sum over the tiles: NumPy adds the tiles in row-major order (pairwise when X has one element)."""
     if RepeatTimes is not None or repeat_times_tensor:
-        repeat_times = _int_values(RepeatTimes, repeat_times_tensor)
+        repeat_times = int_values(RepeatTimes, repeat_times_tensor)
     x, r = tile_dims(tuple(X.shape), repeat_times)
     t = tiles_first(dOut, x, r)
     summed = np.add.reduce(t.reshape(-1) if t.shape[1] == 1 else t, axis=0)
@@ -283,6 +286,11 @@ def share_data(X):
 def memcpy(X, *, dst_place_type):
     """A copy of X on the place ``dst_place_type`` names (0 CPU, 1 GPU ...); on the NumPy backend every
     place is the host, so it is a plain copy (``paddle/fluid/operators/memcpy_op.cc``)."""
-    if dst_place_type not in (0, 1, 2, 3, 4, 5, 6):
-        raise InvalidArgument(f"memcpy: dst_place_type {dst_place_type} is not a place type (0 CPU, 1 GPU, ...)")
+    check_place_type("memcpy", dst_place_type)
     return np.array(X, copy=True)
+
+
+def check_place_type(op: str, dst_place_type: int) -> None:
+    """``dst_place_type`` must name one of Paddle's place types (0 CPU, 1 GPU, ... 6)."""
+    if dst_place_type not in (0, 1, 2, 3, 4, 5, 6):
+        raise InvalidArgument(f"{op}: dst_place_type {dst_place_type} is not a place type (0 CPU, 1 GPU, ...)")

@@ -32,7 +32,7 @@ from refimpl.core.errors import InvalidArgument
 from .common import first
 from .grad_maker import simple_grad
 from .registry import register_op
-from .shape_ops import Dims, _int_values
+from .shape_ops import Dims, int_values
 
 SS_TENSORS = ["StartsTensor?", "StartsTensorList*?", "EndsTensor?", "EndsTensorList*?", "StridesTensor?",
               "StridesTensorList*?"]
@@ -99,13 +99,25 @@ def _ss_infer(ins, attrs):
 
 
 def ss_values(shape: Dims, axes, starts, ends, strides, tensors: Sequence[Any]) -> List[Bound]:
-    """The run-time bounds: (StartsTensor, StartsTensorList, EndsTensor, ...) override the attrs."""
+    """The run-time bounds: (StartsTensor, StartsTensorList, EndsTensor, ...) override the attrs; they
+    must hold integers (a float tensor would be truncated)."""
     vals = [starts, ends, strides]
     for k in range(3):
         t, ts = tensors[2 * k], tensors[2 * k + 1]
+        slot = SS_TENSORS[2 * k].rstrip("*?")
+        if t is not None:
+            _check_int("strided_slice", slot, t)
+        for i, x in enumerate(ts or ()):
+            _check_int("strided_slice", f"{slot}List[{i}]", x)
         if t is not None or ts:
-            vals[k] = _int_values(t, ts)
+            vals[k] = int_values(t, ts)
     return strided_bounds(tuple(shape), axes, *vals)
+
+
+def _check_int(op: str, slot: str, tensor: Any) -> None:
+    dt = np.dtype(tensor.dtype)
+    if not np.issubdtype(dt, np.integer):
+        raise InvalidArgument(f"{op}: input {slot} must be an int32 or int64 tensor, got {dt}")
 
 
 def ss_index(ndim: int, bounds: Sequence[Bound]) -> Tuple[slice, ...]:

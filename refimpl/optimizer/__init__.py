@@ -2,3 +2,6 @@
 from . import lr
 from .optimizer import Optimizer
 from .sgd import SGD, Adam, AdamW, Momentum
+
+from refimpl.framework import namespace_getattr as _namespace_getattr  # noqa: E402
+__getattr__ = _namespace_getattr(__name__)  # a Paddle name refimpl lacks: Unimplemented, naming it

@@ -53,3 +53,6 @@ def exponential_decay(learning_rate: float, decay_steps: float, decay_rate: floa
                                         outputs={"Out": [counter]}, attrs={"step": 1.0})
         step = cast(counter, "float32")
         return float(learning_rate) * (float(decay_rate) ** (step * (1.0 / decay_steps)))
+
+from refimpl.framework import namespace_getattr as _namespace_getattr  # noqa: E402
+__getattr__ = _namespace_getattr(__name__)  # a Paddle name refimpl lacks: Unimplemented, naming it

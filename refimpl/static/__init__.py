@@ -14,7 +14,7 @@ from .layer_helper import ParamAttr
 from .metric import *  # noqa: F401,F403
 from .control_flow import cond
 
-nn.cond = cond  # type: ignore[attr-defined]  # paddle.static.nn.cond; defined in control_flow.py
+nn.cond = cond  # paddle.static.nn.cond; defined in control_flow.py
 from .compiled_program import BuildStrategy, CompiledProgram, cpu_places
 from .io import load, load_inference_model, load_persistables, save, save_inference_model, save_persistables
 

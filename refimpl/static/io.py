@@ -388,3 +388,6 @@ def load_inference_model(path_prefix: str, executor: Optional[Executor], scope: 
         values, _, _ = _read_checked([(r, variables, False)], None, False)
     _apply(values, scope if scope is not None else global_scope())
     return [program, feeds, [block._find_var_recursive(n) for n in fetches]]
+
+from refimpl.framework import namespace_getattr as _namespace_getattr  # noqa: E402
+__getattr__ = _namespace_getattr(__name__)  # a Paddle name refimpl lacks: Unimplemented, naming it

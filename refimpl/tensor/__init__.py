@@ -21,3 +21,6 @@ from . import patch  # noqa: F401
 
 __all__ = [*attribute.__all__, *creation.__all__, *linalg.__all__, *logic.__all__, *manipulation.__all__,
            *math.__all__, *search.__all__, *stat.__all__]
+
+from refimpl.framework import namespace_getattr as _namespace_getattr  # noqa: E402
+__getattr__ = _namespace_getattr(__name__)  # a Paddle name refimpl lacks: Unimplemented, naming it

@@ -6,8 +6,6 @@ import pytest
 
 from kernel_check import Inputs, check_case, params
 
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-
 V = Inputs(17)
 f32, f64, i64 = V.f32, V.f64, V.i64
 
@@ -76,6 +74,8 @@ CASES = [
     # matmul_v2 broadcasting over batch dims, and its grads summed over the broadcast dims
     ("matmul_v2", [f32(2, 1, 3, 4), f32(1, 3, 4, 2)], {}),
     ("matmul_v2", [f32(4, 3), f32(2, 2, 5, 4)], {"trans_x": True, "trans_y": True}),
+    ("matmul_v2", [f32(3), f32(3, 4)], {"trans_x": True}),  # a vector has no transpose
+    ("matmul_v2", [f32(4, 3), f32(3)], {"trans_y": True}),
     ("matmul_v2_grad", [f32(2, 1, 3, 4), f32(1, 3, 4, 2), f32(2, 3, 3, 2)], {}),
     ("matmul_v2_grad", [f32(3, 4), f32(2, 2, 4, 5), f32(2, 2, 3, 5)], {}),
     ("matmul_v2_grad", [f64(2, 3, 4, 3), f64(3, 5), f64(2, 3, 4, 5)], {"need": (True, False)}),
@@ -88,3 +88,42 @@ CASES = [
 @pytest.mark.parametrize("op_type, inputs, attrs", params(CASES))
 def test_kernel(op_type, inputs, attrs):
     check_case(op_type, inputs, attrs)
+
+
+# bad input only the kernels can see (shapes and values unknown when the program is built)
+ERRORS = [
+    ("matmul_v2", [f32(2, 3), f32(4, 5)], {}, "matmul_v2: X's last dim 3 differs"),
+    ("matmul_v2", [f32(2, 3, 4), f32(3, 4, 5)], {}, "matmul_v2: the batch dims of X and Y"),
+    ("strided_slice", [X3, np.array([1.0]), [], None, [], None, []], {"axes": [0], "starts": [0], "ends": [2],
+                                                                      "strides": [1]},
+     "strided_slice: input StartsTensor must be an int32 or int64 tensor, got float64"),
+    ("assign_value", [None], {"shape": [1], "dtype": 2, "values": [2 ** 40]},
+     "assign_value: value 1099511627776 does not fit dtype int32"),
+    ("fill_constant_batch_size_like", [f32(2, 3)], {"shape": [-1, -1]},
+     "fill_constant_batch_size_like: shape .* leaves a negative dim"),
+    ("memcpy", [X3], {"dst_place_type": 9}, "memcpy: dst_place_type 9 is not a place type"),
+    ("less_than", [f32(2, 3, 4), f32(3)], {"axis": 0},
+     r"less_than: the shapes of X \[2, 3, 4\] and Y \[3, 1, 1\] do not broadcast \(axis=0\)"),
+    ("logical_xor", [V.boolean(2), V.boolean(3)], {}, r"logical_xor: the shapes of X \[2\] and Y \[3\] do not"),
+]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "cuda"])
+@pytest.mark.parametrize("op_type, inputs, attrs, match", ERRORS, ids=[f"{c[0]}-{i}" for i, c in enumerate(ERRORS)])
+def test_bad_input_is_the_same_typed_error(backend, op_type, inputs, attrs, match):
+    import cuda_backend
+    from refimpl.core.errors import InvalidArgument
+    from refimpl.ops import get_op_def
+    cuda_backend.require()
+    od = get_op_def(op_type)
+    fn, names, wants_need = od.kernel(backend)
+
+    def prep(v):
+        if isinstance(v, list):
+            return [prep(x) for x in v]
+        return v if v is None or backend == "numpy" else cuda_backend.to_device(v)
+    kw = {a: attrs.get(a, od.attrs[a]) for a in names}
+    if wants_need:
+        kw["need"] = (True,) * len(od.outputs)
+    with pytest.raises(InvalidArgument, match=match):
+        fn(*[prep(v) for v in inputs], **kw)

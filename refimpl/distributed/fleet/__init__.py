@@ -53,3 +53,6 @@ distributed_optimizer = fleet.distributed_optimizer
 minimize = fleet.minimize
 get_hybrid_communicate_group = fleet.get_hybrid_communicate_group
 collective_perf = fleet.collective_perf
+
+from refimpl.framework import namespace_getattr as _namespace_getattr  # noqa: E402
+__getattr__ = _namespace_getattr(__name__)  # a Paddle name refimpl lacks: Unimplemented, naming it

@@ -9,3 +9,6 @@ from .input import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .pooling import *  # noqa: F401,F403
+
+from refimpl.framework import namespace_getattr as _namespace_getattr  # noqa: E402
+__getattr__ = _namespace_getattr(__name__)  # a Paddle name refimpl lacks: Unimplemented, naming it
