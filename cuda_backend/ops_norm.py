@@ -10,7 +10,7 @@ cuDNN or Welford block reductions.
 """
 
 from refimpl.core.errors import InvalidArgument
-from refimpl.ops.norm_ops import PARAM_SLOTS, check_run, is_test_mode, uses_global_stats
+from refimpl.ops.norm_ops import PARAM_SLOTS, affine_defaults, check_run, is_test_mode, uses_global_stats
 from refimpl.ops.registry import register_kernel
 
 from . import ew
@@ -73,6 +73,7 @@ def batch_norm(X, Scale, Bias, Mean, Variance, MomentumTensor, *, momentum, epsi
                is_test, use_global_stats, trainable_statistics):
     X, Scale, Bias, Mean, Variance = (dev(a) for a in (X, Scale, Bias, Mean, Variance))
     check_run("batch_norm", X, zip(PARAM_SLOTS, (Scale, Bias, Mean, Variance)), data_layout)
+    Scale, Bias = affine_defaults(X, Scale, Bias, Mean, data_layout, full)
     dt = X.dtype
     T = dt.type
     xv, cshape = _views(X, data_layout)
@@ -105,6 +106,7 @@ def batch_norm_grad(X, Scale, Bias, Mean, Variance, SavedMean, SavedVariance, Re
                     trainable_statistics, need):
     X, Scale, dY = dev(X), dev(Scale), dev(dY)
     check_run("batch_norm_grad", X, (("Scale", Scale),), data_layout)
+    Scale, _ = affine_defaults(X, Scale, None, dev(SavedMean), data_layout, full)
     if tuple(dY.shape) != tuple(X.shape):
         raise InvalidArgument(f"batch_norm_grad: Y@GRAD has shape {list(dY.shape)}, X {list(X.shape)}")
     dt = X.dtype

@@ -130,9 +130,6 @@ def test_batch_norm_without_weight_and_bias_has_paddles_parameters():
         ("bias", "batch_norm2d_1.b_0"), ("_mean", "batch_norm2d_1.w_0"), ("_variance", "batch_norm2d_1.w_1")]
 
 
-@pytest.mark.xfail(strict=True, raises=InvalidArgument,
-                   reason="refimpl/ops/norm_ops.py registers batch_norm's Scale / Bias as required; "
-                          "Paddle's are dispensable (empty slots, scale 1 and bias 0)")
 def test_batch_norm_without_weight_and_bias_runs_as_paddle():
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup):

@@ -254,3 +254,29 @@ def test_fc_batch_norm_training_steps_match_numpy():
             for n, w in zip(names, state):
                 np.testing.assert_allclose(np.array(scope.find_var(n).get_tensor()), w, rtol=1e-4, atol=1e-5,
                                            err_msg=n)
+
+
+def test_batch_norm_without_scale_and_bias_is_scale_one_bias_zero():
+    """weight_attr=False / bias_attr=False leave Scale and Bias empty; the op normalises with 1 and 0."""
+    from refimpl.ops.registry import get_op_def
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 2, 2)).astype(np.float32)
+    mean, var = np.zeros(3, np.float32), np.ones(3, np.float32)
+    fn, _, _ = get_op_def("batch_norm").kernel("numpy")
+    attrs = dict(momentum=0.9, epsilon=1e-5, data_layout="NCHW", is_test=False, use_global_stats=False,
+                 trainable_statistics=False)
+    got = fn(x, None, None, mean, var, None, **attrs)
+    want = fn(x, np.ones(3, np.float32), np.zeros(3, np.float32), mean, var, None, **attrs)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    xd = x.astype(np.float64)
+    m, v = xd.mean(axis=(0, 2, 3), keepdims=True), xd.var(axis=(0, 2, 3), keepdims=True)
+    np.testing.assert_allclose(got[0], (xd - m) / np.sqrt(v + 1e-5), rtol=1e-5, atol=1e-6)
+    gfn, _, _ = get_op_def("batch_norm_grad").kernel("numpy")
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    dx, ds, db = gfn(x, None, None, None, None, got[3], got[4], None, got[1], got[2], dy,
+                     need=(True, False, False), **attrs)
+    dx1, _, _ = gfn(x, np.ones(3, np.float32), np.zeros(3, np.float32), None, None, got[3], got[4], None,
+                    got[1], got[2], dy, need=(True, False, False), **attrs)
+    np.testing.assert_array_equal(dx, dx1)
+    assert ds is None and db is None

@@ -4,9 +4,9 @@ Mirrors Paddle 3.3.1's ops (proto: ``paddle/fluid/operators/batch_norm_op.cc``; 
 ``paddle/phi/kernels/cpu/batch_norm_kernel.cc``, ``batch_norm_grad_kernel.cc``; shapes:
 ``BatchNormInferMeta`` in ``paddle/phi/infermeta/multiary.cc``).
 
-``batch_norm``: X, Scale, Bias, Mean, Variance, MomentumTensor? -> Y, MeanOut, VarianceOut,
+``batch_norm``: X, Scale?, Bias?, Mean, Variance, MomentumTensor? -> Y, MeanOut, VarianceOut,
 SavedMean, SavedVariance, ReserveSpace?. X is 2-D to 5-D; C is dim 1 (``NCHW``) or the last dim
-(``NHWC``); a 2-D X is (N, C) in both layouts. With batch statistics (training), per channel:
+(``NHWC``); a 2-D X is (N, C) in both layouts; an absent Scale is all ones, an absent Bias zeros. With batch statistics (training), per channel:
 mean, biased variance, ``SavedMean = mean``, ``SavedVariance = sqrt(1 / (var + eps))`` (the
 inverse std, as Paddle's CPU kernel keeps it for the grad), the running statistics
 ``MeanOut = Mean * m + mean * (1 - m)`` (same for the variance; ``m`` is MomentumTensor's value
@@ -129,6 +129,14 @@ def uses_global_stats(is_test: bool, use_global_stats: bool, trainable_statistic
     return is_test_mode(is_test, trainable_statistics) or use_global_stats
 
 
+def affine_defaults(X, Scale, Bias, Mean, data_layout: str, fill):
+    """Scale and Bias, each all ones / all zeros when absent (``weight_attr=False`` / ``bias_attr=False``,
+    as Paddle's kernel treats a missing Scale and Bias); ``fill(shape, value, dtype)`` makes the array."""
+    c = _channel_dim(X.shape, data_layout)
+    dt = Mean.dtype if Mean is not None else X.dtype
+    return (fill((c,), 1, dt) if Scale is None else Scale), (fill((c,), 0, dt) if Bias is None else Bias)
+
+
 def _momentum(MomentumTensor, momentum):
     return float(np.asarray(MomentumTensor).reshape(-1)[0]) if MomentumTensor is not None else momentum
 
@@ -148,7 +156,7 @@ def _bn_grad_maker(g):
     return [g.op("batch_norm_grad", ins, outs)]
 
 
-@register_op("batch_norm", ["X", "Scale", "Bias", "Mean", "Variance", "MomentumTensor?"],
+@register_op("batch_norm", ["X", "Scale?", "Bias?", "Mean", "Variance", "MomentumTensor?"],
              ["Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance", "ReserveSpace?"], _BN_ATTRS,
              infer_shape=_bn_infer, grad=_bn_grad_maker)
 def batch_norm(X: np.ndarray, Scale: np.ndarray, Bias: np.ndarray, Mean: np.ndarray, Variance: np.ndarray,
@@ -156,6 +164,7 @@ def batch_norm(X: np.ndarray, Scale: np.ndarray, Bias: np.ndarray, Mean: np.ndar
                is_test: bool, use_global_stats: bool, trainable_statistics: bool) -> Tuple:
     """See the module docstring; every step in X's dtype, in the order of Paddle's CPU kernel."""
     check_run("batch_norm", X, zip(PARAM_SLOTS, (Scale, Bias, Mean, Variance)), data_layout)
+    Scale, Bias = affine_defaults(X, Scale, Bias, Mean, data_layout, np.full)
     T = X.dtype.type
     xv, cshape = _views(X, data_layout)
     count = X.size // xv.shape[1]  # N * HW
@@ -189,7 +198,7 @@ def _bn_grad_infer(ins, attrs):
     return grads_like(**{"X@GRAD": "X", "Scale@GRAD": "Scale", "Bias@GRAD": "Bias"})(ins, attrs)
 
 
-@register_op("batch_norm_grad", ["X", "Scale", "Bias", "Mean?", "Variance?", "SavedMean", "SavedVariance",
+@register_op("batch_norm_grad", ["X", "Scale?", "Bias?", "Mean?", "Variance?", "SavedMean", "SavedVariance",
                                  "ReserveSpace?", "MeanOut?", "VarianceOut?", "Y@GRAD"],
              ["X@GRAD", "Scale@GRAD", "Bias@GRAD"], _BN_ATTRS, infer_shape=_bn_grad_infer)
 def batch_norm_grad(X: np.ndarray, Scale: np.ndarray, Bias: np.ndarray, Mean: Optional[np.ndarray],
@@ -201,6 +210,7 @@ def batch_norm_grad(X: np.ndarray, Scale: np.ndarray, Bias: np.ndarray, Mean: Op
     """See the module docstring. Global statistics here are ``is_test or use_global_stats``, as in
     Paddle's grad kernel (which, unlike the forward one, ignores trainable_statistics)."""
     check_run("batch_norm_grad", X, (("Scale", Scale),), data_layout)
+    Scale, _ = affine_defaults(X, Scale, Bias, SavedMean, data_layout, np.full)
     if dY.shape != X.shape:
         raise InvalidArgument(f"batch_norm_grad: Y@GRAD has shape {list(dY.shape)}, X {list(X.shape)}")
     T = X.dtype.type

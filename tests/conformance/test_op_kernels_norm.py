@@ -43,6 +43,10 @@ CASES = [
     _bn(f32(1, 3), 3),                                         # one element per channel: y = x
     _bn(f64(2, 3, 2, 2), 3, momentum=0.5, epsilon=1e-3),
     ("batch_norm", [f32(3, 2), f32(2), f32(2), f32(2), pos(2), np.array([0.7], np.float32)], {}),
+    # weight_attr=False / bias_attr=False: no Scale, no Bias (ones and zeros)
+    ("batch_norm", [f32(2, 3, 2, 2), None, None, f32(3), pos(3), None], {}),
+    ("batch_norm_grad", [f32(2, 3, 2, 2), None, None, None, None, f32(3), pos(3), np.empty((0,), np.float32),
+                         f32(3), pos(3), f32(2, 3, 2, 2)], {"need": [True, False, False]}),
     _bn_grad(f32(2, 3, 2, 2), 3),
     _bn_grad(f32(2, 2, 3, 4), 2),
     _bn_grad(f32(2, 2, 2, 3), 3, data_layout="NHWC"),
