@@ -190,14 +190,15 @@ _ERF_FAST_COEF = _fit_erf_fast()
 
 
 def _erf_fast(z):
-    """erf(z) from a degree-7 polynomial per step of 1/8 in |z| (the coefficients gathered per element)."""
+    """erf(z) from a degree-7 polynomial per step of 1/8 in |z| (the coefficients gathered per element;
+    ``np.take`` gathers a 1-D table about twice as fast as fancy indexing)."""
     a = np.fmin(np.abs(z), 6.0)
     step = (a * _ERF_FAST_STEPS).astype(np.intp)
-    t = a - _ERF_FAST_MID[step]
-    p = _ERF_FAST_COEF[-1][step]
+    t = a - np.take(_ERF_FAST_MID, step)
+    p = np.take(_ERF_FAST_COEF[-1], step)
     for c in _ERF_FAST_COEF[-2::-1]:
         p *= t
-        p += c[step]
+        p += np.take(c, step)
     return np.copysign(p, z, out=p)
 
 
