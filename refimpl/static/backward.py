@@ -30,9 +30,9 @@ def _names(items):
     return {v if isinstance(v, str) else v.name for v in (items or ())}
 
 
-def _op_path(ops, loss_name, no_grad):
-    """Forward ops whose outputs lead to the loss (Paddle's ``_find_op_path_``)."""
-    wanted, keep = {loss_name}, []
+def _op_path(ops, target_names, no_grad):
+    """Forward ops whose outputs lead to the targets (Paddle's ``_find_op_path_``)."""
+    wanted, keep = set(target_names), []
     for op in reversed(ops):
         if any(n in wanted for n in op.output_arg_names):
             wanted.update(n for n in op.input_arg_names if n not in no_grad)
@@ -40,9 +40,9 @@ def _op_path(ops, loss_name, no_grad):
     return keep[::-1]
 
 
-def _no_grad_outputs(block, path, loss_name, no_grad):
-    """Outputs of path ops that do not lead to the loss (Paddle's ``_find_no_grad_vars``)."""
-    wanted, found = {loss_name}, set()
+def _no_grad_outputs(block, path, target_names, no_grad):
+    """Outputs of path ops that do not lead to the targets (Paddle's ``_find_no_grad_vars``)."""
+    wanted, found = set(target_names), set()
     for op in reversed(path):
         if any(n in wanted for n in op.output_arg_names):
             for n in op.output_arg_names:
@@ -164,8 +164,8 @@ def append_backward(loss: Variable, parameter_list: Optional[Sequence[Union[Para
     loss.op._set_attr(OP_ROLE_ATTR, OpRole.Forward | OpRole.Loss)
     no_grad = {v.name for v in block.vars.values() if v.stop_gradient} | _names(no_grad_set)
     fwd_ops = list(block.ops)
-    path = _op_path(fwd_ops, loss.name, no_grad)
-    no_grad |= _no_grad_outputs(block, path, loss.name, no_grad)
+    path = _op_path(fwd_ops, {loss.name}, no_grad)
+    no_grad |= _no_grad_outputs(block, path, {loss.name}, no_grad)
     no_grad_grads = {grad_var_name(n) for n in no_grad}
 
     descs, grad_to_var = [], {}
@@ -211,6 +211,13 @@ def append_backward(loss: Variable, parameter_list: Optional[Sequence[Union[Para
     return params_and_grads
 
 
+def _forward_name(grad_name):
+    """``grad/grad/x@GRAD@RENAME@block0@1`` -> ``x`` (the ``grad/`` prefixes come from repeated
+    ``static.gradients`` calls, as in Paddle's ``_strip_grad_suffix_``)."""
+    name = strip_grad_suffix(grad_name)
+    return name[name.rfind("grad/") + len("grad/"):] if "grad/" in name else name
+
+
 def _create_grad_vars(block, start, grad_to_var):
     """Create every new grad var, shaped like its forward var; drop ops with no outputs.
 
@@ -227,7 +234,7 @@ def _create_grad_vars(block, start, grad_to_var):
             if n not in writer and block._find_var_recursive(n) is None:
                 writer[n] = op
     for n in sorted(writer):
-        fwd = block._find_var_recursive(strip_grad_suffix(n))
+        fwd = block._find_var_recursive(_forward_name(n))
         v = block.create_var(name=n, shape=fwd.shape if fwd is not None else None,
                              dtype=fwd.dtype if fwd is not None else "float32")
         v.op = writer[n]
@@ -238,6 +245,4 @@ def _create_grad_vars(block, start, grad_to_var):
     return grad_info
 
 
-def gradients(targets: Any, inputs: Any, target_gradients: Any = None,
-              no_grad_set: Any = None) -> List[Variable]:
-    raise Unimplemented("static.gradients is not implemented; use append_backward")
+from .gradients import gradients  # noqa: E402  (paddle.static.gradients lives in its own module)
