@@ -35,7 +35,8 @@ from refimpl.core.scope import Scope, global_scope
 from refimpl.framework.program import Program, default_main_program
 
 from .backend import to_host
-from .executor import PreparedProgram, check_feed, fetch_names
+from .executor import PreparedProgram
+from .feed_fetch import check_feed, fetch_names
 from .garbage_collector import gc_threshold_bytes
 
 __all__ = ["run_from_dataset", "format_fetch"]

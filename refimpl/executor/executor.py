@@ -19,14 +19,14 @@ With ``FLAGS_check_nan_inf`` set, the first op producing NaN or Inf fails
 the run (``nan_inf.py``).
 
 The path of one run, as a reader would follow it: ``Executor.run`` checks
-the feeds (:func:`check_feed`) and gets the cached :class:`PreparedProgram`,
+the feeds (``feed_fetch.check_feed``) and gets the cached :class:`PreparedProgram`,
 whose ``run`` binds the feeds and calls ``PreparedBlock.run``
 (``prepared.py``): a loop over each op's runner, which calls the op's kernel
 (``refimpl/ops``) and stores its outputs, followed by the garbage
 collector's ``release`` for the tensors that die after that op
 (``garbage_collector.py``, planned by ``gc_plan.py``).
 """
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 
@@ -42,14 +42,11 @@ from refimpl.framework.variable import Variable
 from refimpl.ops.registry import get_op_def
 
 from .backend import default_place, to_device, to_host
+from .feed_fetch import check_feed, fetch_names
 from .garbage_collector import gc_threshold_bytes
 from .gc_plan import no_need_buffer_inputs
 from .prepared import PreparedBlock, prepare_flags
 from .trace import Trace
-
-
-def _name_of(v):
-    return v if isinstance(v, str) else getattr(v, "name", None)
 
 
 def _updates_in_place(op: Operator, backend: str) -> bool:
@@ -60,67 +57,6 @@ def _updates_in_place(op: Operator, backend: str) -> bool:
     except EnforceNotMet:
         return True  # unknown: assume the worst
     return opdef.prepare is None and (opdef.writes_inputs or backend != "numpy")
-
-
-def fetch_names(program: Program, fetch_list: Any) -> List[str]:
-    """The variable names of ``fetch_list`` (Variables or names), each checked to exist in ``program``."""
-    if fetch_list is None:
-        return []
-    if not isinstance(fetch_list, (list, tuple)):
-        fetch_list = [fetch_list]
-    names = []
-    for f in fetch_list:
-        name = _name_of(f)
-        if not isinstance(name, str):
-            raise InvalidArgument(f"fetch_list items must be Variables or names, got {type(f).__name__}")
-        if program.global_block()._find_var_recursive(name) is None:
-            raise NotFound(f"fetch {name!r} is not a variable of the program")
-        names.append(name)
-    return names
-
-
-def check_feed(program: Program, feed: Optional[Dict[str, Any]]) -> Dict[str, np.ndarray]:
-    """Validate ``feed`` against ``program``; return {name: ndarray}."""
-    if feed is None:
-        return {}
-    if not isinstance(feed, dict):
-        raise InvalidArgument(f"feed must be a dict {{name: array}}, got {type(feed).__name__}")
-    block = program.global_block()
-    out = {}
-    for key, value in feed.items():
-        name = _name_of(key)
-        var = block.vars.get(name)
-        if var is None:
-            raise NotFound(f"feed {name!r} is not a variable of the program (known data vars: "
-                           f"{sorted(v.name for v in block.vars.values() if v.is_data)})")
-        arr = _feed_array(name, var, value)
-        if var.dtype is not None and arr.dtype != np.dtype(var.dtype if var.dtype != "bfloat16" else "float32"):
-            if isinstance(value, (np.ndarray, DenseTensor)):
-                raise InvalidArgument(f"feed {name!r}: dtype {arr.dtype} does not match the variable's "
-                                      f"dtype {var.dtype}")
-            arr = arr.astype(var.dtype)
-        if var.shape is not None and (var.is_data or var.need_check_feed):
-            if arr.ndim != len(var.shape) or any(d >= 0 and d != a for d, a in zip(var.shape, arr.shape)):
-                raise InvalidArgument(f"feed {name!r}: shape {list(arr.shape)} does not match the variable's "
-                                      f"shape {list(var.shape)} (-1 matches any size)")
-        out[name] = arr
-    return out
-
-
-def _feed_array(name: str, var: Variable, value: Any) -> np.ndarray:
-    """``value`` as an array of numbers (or booleans): ragged lists, strings and objects are refused."""
-    if isinstance(value, DenseTensor):
-        value = np.asarray(value)
-    try:
-        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-    except ValueError as exc:  # NumPy: nested lists of different lengths
-        raise InvalidArgument(f"feed {name!r}: a ragged list (rows of different lengths) is not a tensor: "
-                              f"{exc}") from None
-    if arr.dtype.kind in "OUSV" and var.type == "DENSE_TENSOR":
-        what = "Python objects" if arr.dtype.kind in "OV" else "strings"
-        raise InvalidArgument(f"feed {name!r}: holds {what} (dtype {arr.dtype}); a tensor feed holds numbers "
-                              f"or booleans (dtype {var.dtype})")
-    return arr
 
 
 class PreparedProgram:

@@ -18,7 +18,7 @@ from refimpl.core.place import Place
 from refimpl.core.scope import Scope, global_scope
 
 from .backend import default_place, to_device, to_host
-from .executor import _name_of, check_feed
+from .feed_fetch import check_feed, name_of
 from .garbage_collector import Memory, gc_threshold_bytes
 from .gc_plan import no_need_buffer_inputs
 from .plan import Plan
@@ -118,7 +118,7 @@ def _checked_feed(plan, feed):
         return feed
     if not isinstance(feed, dict):
         raise InvalidArgument(f"feed must be a dict {{name: array}}, got {type(feed).__name__}")
-    out = {_name_of(k): v for k, v in feed.items()}
+    out = {name_of(k): v for k, v in feed.items()}
     unchecked = set(out)
     for t in plan.job_types():
         program = plan.program(t)

@@ -61,7 +61,8 @@ from refimpl.distributed.communication.communicator import exit_code_of
 from refimpl.distributed.communication.inprocess import run_threads
 from refimpl.distributed.passes.data_parallel import apply_data_parallel, hierarchical_rings
 from refimpl.executor.backend import to_host
-from refimpl.executor.executor import PreparedProgram, check_feed, fetch_names
+from refimpl.executor.executor import PreparedProgram
+from refimpl.executor.feed_fetch import check_feed, fetch_names
 from refimpl.executor.garbage_collector import gc_threshold_bytes
 from refimpl.executor.prepared import prepare_flags
 from refimpl.executor.trace import Trace
