@@ -73,6 +73,16 @@ class Program:
     def num_blocks(self) -> int:
         return len(self.blocks)
 
+    def fresh_name(self, key: str, block: Optional[Block] = None) -> str:
+        """The next ``{key}_k`` of :attr:`name_generator` that neither ``block`` (default: the current
+        one) nor the global block holds yet (a program read from a file starts counting afresh)."""
+        block = self.current_block() if block is None else block
+        glob = self.global_block()
+        name = self.name_generator(key)
+        while block.has_var(name) or glob.has_var(name):
+            name = self.name_generator(key)
+        return name
+
     def current_block(self) -> Block:
         return self.blocks[self.current_block_idx]
 

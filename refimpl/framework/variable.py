@@ -99,7 +99,7 @@ class Variable:
         return int(to_numpy_dtype(self.dtype).itemsize) if self.dtype != "bfloat16" else 2
 
     def _derived(self, key: str, **var_kw: Any) -> Variable:
-        return self.block.create_var(name=_program_fresh(self.block, key), **var_kw)
+        return self.block.create_var(name=self.block.program.fresh_name(key, self.block), **var_kw)
 
     def clone(self) -> Variable:
         """A copy by an ``assign`` op, named ``{name}_clone_k`` (gradients flow through it)."""
@@ -175,15 +175,6 @@ class Variable:
 
     def __hash__(self):
         return id(self)
-
-
-def _program_fresh(block: Block, key: str) -> str:
-    """``{key}_k`` from the program's own counters, as ``unique_name.guard(program._name_generator)``."""
-    gen = block.program.name_generator
-    name = gen(key)
-    while block.has_var(name):
-        name = gen(key)
-    return name
 
 
 class Parameter(Variable):

@@ -13,12 +13,11 @@ and its parameters with the main program's own generator
 ``linear_0`` (global counter) and its call the helper ``linear_0`` (program
 counter): ``linear_0.tmp_0``, as 3.3.1 records it (2.6.2 took both from the
 global counter: ``linear_1.tmp_0``). ``Program.name_generator`` holds those
-counters (a clone copies them, as Paddle's does); a generated name that a var
-of the program already has (a program read from a file starts counting
-afresh) is skipped. A
-parameter name that already exists in the programs (``ParamAttr(name="shared")``
-given twice) is the same parameter again, initialised once, as in Paddle's
-``Block.create_parameter``.
+counters (a clone copies them, as Paddle's does) and ``Program.fresh_name``
+skips a generated name the program already has (a program read from a file
+starts counting afresh). A parameter name given twice
+(``ParamAttr(name="shared")``) is the same parameter again, initialised once,
+as in Paddle's ``Block.create_parameter``.
 """
 from __future__ import annotations
 
@@ -60,27 +59,11 @@ class ParamAttr:
         raise TypeError(f"cannot use {type(arg).__name__} as a ParamAttr")
 
 
-def program_name_generator(program: Program) -> unique_name.UniqueNameGenerator:
-    """The program's own name counters (Paddle's ``Program._name_generator``)."""
-    return program.name_generator
-
-
 class LayerHelper:
     def __init__(self, layer_type: str, name: Optional[str] = None, **kwargs: Any) -> None:
         self.layer_type = layer_type
-        self.name = name if name is not None else self._names()(layer_type)
+        self.name = name if name is not None else self.main_program.name_generator(layer_type)
         self.kwargs = kwargs
-
-    def _names(self) -> unique_name.UniqueNameGenerator:
-        return program_name_generator(self.main_program)
-
-    def _fresh(self, key: str) -> str:
-        """The next ``{key}_n`` not yet a variable of the program (a clone starts its counters afresh)."""
-        block, glob = self.main_program.current_block(), self.main_program.global_block()
-        name = self._names()(key)
-        while name in block.vars or name in glob.vars:
-            name = self._names()(key)
-        return name
 
     @property
     def main_program(self) -> Program:
@@ -93,7 +76,7 @@ class LayerHelper:
     def create_variable_for_type_inference(self, dtype: Any, stop_gradient: bool = False,
                                            shape: Optional[Sequence[int]] = None) -> Variable:
         return self.main_program.current_block().create_var(
-            name=self._fresh(f"{self.name}.tmp"),
+            name=self.main_program.fresh_name(f"{self.name}.tmp"),
             dtype=dtype, shape=shape, persistable=False, stop_gradient=stop_gradient)
 
     def create_parameter(self, attr: Any, shape: Sequence[int], dtype: Any, is_bias: bool = False,
@@ -101,7 +84,7 @@ class LayerHelper:
         attr = ParamAttr._to_attr(attr)
         if attr is False:
             return None
-        name = attr.name or self._fresh(f"{self.name}.{'b' if is_bias else 'w'}")
+        name = attr.name or self.main_program.fresh_name(f"{self.name}.{'b' if is_bias else 'w'}")
         init = attr.initializer or default_initializer or (Constant(0.0) if is_bias else XavierUniform())
         shape = [int(d) for d in shape]
         shared = self._existing_parameter(name, shape)
