@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TYPE_CHECKING, TypeVar
 
 from refimpl.core.dtypes import convert_dtype
-from refimpl.core.errors import AlreadyExists, InvalidArgument
+from refimpl.core.errors import AlreadyExists, EnforceNotMet, InvalidArgument
 
 from .op_role import OP_DEVICE_ATTR, OP_NAMESCOPE_ATTR, OP_ROLE_ATTR, OP_ROLE_VAR_ATTR
 from .operator import Operator
@@ -219,6 +219,8 @@ class Block:
             ins[slot] = [(v.shape, v.dtype) for v in vs]
         try:
             result = infer(ins, op._attrs)
+        except EnforceNotMet:
+            raise  # a typed error of the op's own checks already names the op and the value
         except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as exc:
             raise InvalidArgument(f"op {op.type!r}: cannot infer output shapes from inputs "
                                   f"{ {k: [s for s, _ in v] for k, v in ins.items()} }: {exc}") from None

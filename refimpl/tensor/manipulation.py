@@ -254,9 +254,7 @@ def gather_nd(x: Variable, index: Variable, name: Optional[str] = None) -> Varia
     if index.dtype not in ("int32", "int64"):
         raise InvalidArgument(f"gather_nd: argument 'index' ({index.name!r}) must be int32 or int64, "
                               f"got {index.dtype}")
-    if index.shape and index.shape[-1] > _rank(x):
-        raise InvalidArgument(f"gather_nd: the last dim of 'index' ({index.shape[-1]}) exceeds the rank of x "
-                              f"({_rank(x)})")
+    # (Index's last dim against X's rank: the op's infer-shape, refimpl/ops/index_ops.py)
     helper = LayerHelper("gather_nd", name=name)
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op(type="gather_nd", inputs={"X": [x], "Index": [index]}, outputs={"Out": [out]})
