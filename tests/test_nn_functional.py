@@ -11,20 +11,7 @@ import refimpl as paddle
 import refimpl.nn.functional as F
 from refimpl.core.errors import InvalidArgument, Unimplemented
 
-COMMON = ("op_callstack", "op_namescope", "op_role", "op_role_var", "op_device", "with_quant_attr")
-
-
-def build(fn):
-    main, startup = paddle.static.Program(), paddle.static.Program()
-    with paddle.static.program_guard(main, startup):
-        with paddle.utils.unique_name.guard():
-            out = fn()
-    return main, startup, out
-
-
-def ops_of(prog):
-    return [(op.type, {n: op.input(n) for n in op.input_names}, {n: op.output(n) for n in op.output_names},
-             {n: op.attr(n) for n in op.attr_names if n not in COMMON}) for op in prog.global_block().ops]
+from build_helpers import build, ops_of
 
 
 def x4(shape=(None, 3, 8, 8), name="x", dtype="float32"):

@@ -14,20 +14,7 @@ from refimpl.core.errors import InvalidArgument
 from oracle import array, diff_programs
 from zoo_build import build as zoo_build, case
 
-COMMON = ("op_callstack", "op_namescope", "op_role", "op_role_var", "op_device", "with_quant_attr")
-
-
-def build(fn):
-    main, startup = paddle.static.Program(), paddle.static.Program()
-    with paddle.static.program_guard(main, startup):
-        with paddle.utils.unique_name.guard():
-            out = fn()
-    return main, startup, out
-
-
-def ops_of(prog):
-    return [(op.type, {n: op.input(n) for n in op.input_names}, {n: op.output(n) for n in op.output_names},
-             {n: op.attr(n) for n in op.attr_names if n not in COMMON}) for op in prog.global_block().ops]
+from build_helpers import build, ops_of
 
 
 def _prefix(got, want, n_ops):
