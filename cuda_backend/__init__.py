@@ -24,7 +24,8 @@ from . import device as _device
 # the modules that register kernels (``ew`` holds the shared ones they are made from)
 OP_MODULES = ("ops_activation", "ops_collective", "ops_creation", "ops_manipulation", "ops_math", "ops_matmul",
               "ops_nn", "ops_optimizer", "ops_conv", "ops_pool", "ops_norm", "ops_index", "ops_reduce",
-              "ops_reduce_loss", "ops_linalg", "ops_metric", "ops_strided_slice", "ops_pad")
+              "ops_reduce_loss", "ops_linalg", "ops_metric", "ops_strided_slice", "ops_pad",
+              "ops_conv_transpose", "ops_group_norm", "ops_prelu", "ops_spectral_norm", "ops_py_func")
 _installed = []
 
 

@@ -165,7 +165,7 @@ def test_a_missing_paddle_name_raises_unimplemented_naming_it(module, paddle_nam
 
 
 def test_a_missing_name_is_also_an_attribute_error_so_probing_works():
-    assert not hasattr(refimpl.static, "py_func") and getattr(refimpl.nn, "NoSuchLayer", 3) == 3
+    assert not hasattr(refimpl.static, "no_such_api") and getattr(refimpl.nn, "NoSuchLayer", 3) == 3
     assert not hasattr(refimpl, "__wrapped__")   # dunders: plain AttributeErrors
     with pytest.raises(ImportError, match="cannot import name 'NoSuchLayer'"):
         from refimpl.static import NoSuchLayer  # noqa: F401

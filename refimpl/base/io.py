@@ -8,6 +8,9 @@ Mirrors ``python/paddle/base/io.py``. Differences: in Paddle 3.3.1
 from refimpl.framework import namespace_getattr
 from refimpl.io import DataLoader
 
-__all__ = ["DataLoader"]
+from refimpl.static.io_vars import *  # noqa: F401,F403  (is_parameter, is_persistable, save_vars ...)
+from refimpl.static import io_vars as _io_vars
+
+__all__ = ["DataLoader"] + list(_io_vars.__all__)
 
 __getattr__ = namespace_getattr(__name__)

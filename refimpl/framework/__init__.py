@@ -26,6 +26,8 @@ from .operator import Operator
 from .program import (Program, default_main_program, default_startup_program, device_guard,
                       name_scope, program_guard, switch_main_program, switch_startup_program)
 from .variable import Parameter, Variable
+from .io import *  # noqa: F401,F403  (paddle.framework.save / load)
+from .grad_mode import *  # noqa: F401,F403  (is_grad_enabled, set_grad_enabled, no_grad)
 
 # Paddle starts in dygraph mode (python/paddle/base/framework.py: global_var._in_eager_mode_).
 _dynamic_mode = True

@@ -13,3 +13,6 @@ from . import (conv_ops, index_ops, norm_ops, pool_ops, reduce_loss_ops, reduce_
 from . import linalg_ops, metric_ops  # noqa: F401  (real models: bmm, accuracy)
 from . import strided_slice_ops  # noqa: F401  (real models: strided_slice)
 from . import pad_ops  # noqa: F401
+from . import conv_transpose_ops  # noqa: F401  (conv2d_transpose, conv3d, conv3d_transpose)
+from . import group_norm_ops, prelu_ops, spectral_norm_ops  # noqa: F401  (group_norm, instance_norm, prelu, spectral_norm)
+from . import py_func_ops  # noqa: F401  (py_func)

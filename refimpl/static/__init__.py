@@ -17,5 +17,10 @@ from .control_flow import cond
 nn.cond = cond  # paddle.static.nn.cond; defined in control_flow.py
 from .compiled_program import BuildStrategy, CompiledProgram, cpu_places
 from .io import load, load_inference_model, load_persistables, save, save_inference_model, save_persistables
+from .io_serialize import *  # noqa: F401,F403  (serialize_program, deserialize_*, save_to_file, normalize_program ...)
+from .io_vars import *  # noqa: F401,F403  (save_vars, load_vars, load_program_state, set_program_state ...)
+from .ema import *  # noqa: F401,F403  (ExponentialMovingAverage)
+from .weight_norm_param_attr import *  # noqa: F401,F403  (WeightNormParamAttr)
+from .py_func import *  # noqa: F401,F403  (py_func)
 
 __getattr__ = namespace_getattr(__name__)   # a paddle.static name refimpl lacks: Unimplemented naming it

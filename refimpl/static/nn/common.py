@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence, TYPE_CHECKING
 from refimpl.core.errors import InvalidArgument
 from refimpl.nn.initializer import Constant, Normal
 
-from .layer_helper import LayerHelper, ParamAttr
+from ..layer_helper import LayerHelper, ParamAttr
 
 if TYPE_CHECKING:
     from refimpl.framework.variable import Variable
@@ -191,6 +191,3 @@ def batch_norm(input: Variable, act: Optional[str] = None, is_test: bool = False
         attrs["momentum"] = momentum
     helper.append_op(type="batch_norm", inputs=inputs, outputs=outputs, attrs=attrs)
     return helper.append_activation(outputs["Y"], act)
-
-from refimpl.framework import namespace_getattr as _namespace_getattr  # noqa: E402
-__getattr__ = _namespace_getattr(__name__)  # a Paddle name refimpl lacks: Unimplemented, naming it
