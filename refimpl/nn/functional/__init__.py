@@ -3,6 +3,7 @@
 Each submodule lists its public names in ``__all__``; this package re-exports them all.
 """
 from .activation import *  # noqa: F401,F403
+from .bilinear import *  # noqa: F401,F403
 from .common import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .input import *  # noqa: F401,F403
