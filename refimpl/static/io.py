@@ -391,3 +391,9 @@ def load_inference_model(path_prefix: str, executor: Optional[Executor], scope: 
 
 from refimpl.framework import namespace_getattr as _namespace_getattr  # noqa: E402
 __getattr__ = _namespace_getattr(__name__)  # a Paddle name refimpl lacks: Unimplemented, naming it
+
+# paddle.static.io's names implemented in io_vars.py / io_serialize.py; last, as they import from this module
+from .io_vars import (get_program_persistable_vars, is_parameter, is_persistable, load_program_state,  # noqa: E402,F401
+                      load_vars, save_vars, set_program_state)
+from .io_serialize import (deserialize_persistables, deserialize_program, load_from_file,  # noqa: E402,F401
+                           normalize_program, save_to_file, serialize_persistables, serialize_program)
