@@ -133,13 +133,15 @@ def test_serialize_program_round_trip_runs_like_the_original(net):
     program = paddle.static.deserialize_program(data)
     assert _ops(program) == PADDLE_NORMALIZED_OPS
     img = np.random.default_rng(1).standard_normal((2, 28, 28)).astype("float32")
-    block = program.global_block()  # refimpl's Executor feeds and fetches by name, not through these ops
-    block.ops = [op for op in block.ops if op.type not in ("feed", "fetch")]
-    with paddle.static.scope_guard(scope):
-        got, = exe.run(program, feed={"img": img}, fetch_list=["fc_0.tmp_2"])
+    with paddle.static.scope_guard(scope):  # the program's own feed / fetch ops: no fetch_list needed
+        got, = exe.run(program, feed={"img": img})
+        named, = exe.run(program, feed={"img": img}, fetch_list=["fc_0.tmp_2"])
     logits = img.reshape(2, -1) @ net["values"]["fc_0.w_0"] + net["values"]["fc_0.b_0"]
     want = np.exp(logits - logits.max(1, keepdims=True))
     np.testing.assert_allclose(got, want / want.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(named, got)
+    with paddle.static.scope_guard(scope), pytest.raises(InvalidArgument, match="feed 'img' is missing"):
+        exe.run(program, feed={})
 
 
 @pytest.mark.parametrize("data,match", [(b"\x00garbage", "not a serialized refimpl program"),

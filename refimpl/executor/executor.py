@@ -42,7 +42,7 @@ from refimpl.framework.variable import Variable
 from refimpl.ops.registry import get_op_def
 
 from .backend import default_place, to_device, to_host
-from .feed_fetch import check_feed, fetch_names
+from .feed_fetch import check_feed, fetch_names, without_feed_fetch_ops
 from .garbage_collector import gc_threshold_bytes
 from .gc_plan import no_need_buffer_inputs
 from .prepared import PreparedBlock, prepare_flags
@@ -284,6 +284,7 @@ class Executor:
     def __init__(self, place: Optional[Place] = None) -> None:
         self.place = place if place is not None else default_place()
         self._cache = {}
+        self._bare = {}
         self._last = None
 
     def run(self, program: Any = None, feed: Optional[Dict[str, Any]] = None,
@@ -302,6 +303,7 @@ class Executor:
         pipeline = getattr(program, "_pipeline_opt", None)
         if pipeline is not None:  # fleet turned this program into this rank's pipeline Plan
             return pipeline.run(self, feed, fetch_list, scope, return_numpy, trace)
+        program, fetch_list = self._own_feed_fetch(program, fetch_list)
         feed = check_feed(program, feed)
         names = fetch_names(program, fetch_list)
         prepared = self._prepared(program, scope, tuple(feed), tuple(names), use_program_cache)
@@ -310,6 +312,16 @@ class Executor:
         if scheduler is not None:  # as Paddle: the scheduler's current value goes in before each run
             scope.var(program.lr_var.name).get_tensor().set(np.array(scheduler(), dtype="float32"))
         return host_results(prepared.run(feed, trace), return_numpy, self.place)
+
+    def _own_feed_fetch(self, program, fetch_list):
+        """A program with feed/fetch ops runs as its copy without them (cached per program version)."""
+        hit = self._bare.get(id(program))
+        if hit is None or hit[0] is not program or hit[1] != program._version:
+            hit = self._bare[id(program)] = (program, program._version, without_feed_fetch_ops(program))
+        if hit[2] is None:
+            return program, fetch_list
+        bare, targets = hit[2]
+        return bare, (targets if fetch_list is None else fetch_list)
 
     def _prepared(self, program, scope, feed_names, fetch_names, use_cache):
         backend = self.place.backend

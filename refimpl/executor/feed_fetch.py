@@ -6,6 +6,13 @@ must name one, be numbers or booleans (ragged lists, strings and objects are
 ``InvalidArgument``) and fit the variable's dtype and (for data variables) its
 rank and fixed dims. Unlike Paddle, a Python list feed is converted to the
 variable's dtype instead of being refused.
+
+A program that carries its own ``feed`` / ``fetch`` ops (``normalize_program``,
+``deserialize_program``, an inference program) runs as Paddle runs it
+(``has_feed_operators`` / ``has_fetch_operators`` in ``executor.py``): it is fed
+by the names the feed ops write, and with no ``fetch_list`` it fetches what
+its fetch ops read, in their ``col`` order. :func:`without_feed_fetch_ops`
+gives the program the interpreter runs for it.
 """
 from typing import Any, Dict, List, Optional
 
@@ -37,6 +44,23 @@ def fetch_names(program: Program, fetch_list: Any) -> List[str]:
             raise NotFound(f"fetch {name!r} is not a variable of the program")
         names.append(name)
     return names
+
+
+FEED_FETCH_OPS = ("feed", "fetch", "fetch_v2")
+
+
+def without_feed_fetch_ops(program: Program) -> Optional[tuple]:
+    """``(program without its feed/fetch ops, the fetch ops' targets by col)``; None when it has none."""
+    ops = program.global_block().ops
+    if not any(op.type in FEED_FETCH_OPS for op in ops):
+        return None
+    fetches = sorted((op.attr("col"), op.input("X")[0]) for op in ops if op.type in ("fetch", "fetch_v2"))
+    bare = program.clone()
+    block = bare.global_block()
+    for i in reversed(range(len(block.ops))):
+        if block.ops[i].type in FEED_FETCH_OPS:
+            block._remove_op(i)
+    return bare, [name for _, name in fetches]
 
 
 def check_feed(program: Program, feed: Optional[Dict[str, Any]]) -> Dict[str, np.ndarray]:
