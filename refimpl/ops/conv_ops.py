@@ -1,4 +1,4 @@
-"""Convolution and flattening ops: conv2d, depthwise_conv2d, flatten_contiguous_range (+ grads).
+"""Convolution and flattening ops: conv2d, depthwise_conv2d, conv3d, flatten_contiguous_range (+ grads).
 
 Mirrors Paddle 3.3.1's ops of the same names: ``paddle/phi/kernels/cpu/conv_kernel.cc`` /
 ``conv_grad_kernel.cc`` (both through ``paddle/phi/kernels/impl/conv_kernel_impl.h``:
@@ -13,18 +13,23 @@ right); ``padding_algorithm`` "SAME" pads ``max((ceil(in/s) - 1) * s + k - in, 0
 floor-half on top/left, the rest on bottom/right, and sets the dilations to 1; "VALID" pads
 nothing. Out = ``(in + p0 + p1 - (d * (k - 1) + 1)) // s + 1``. The filter is always
 ``[C_out, C_in / groups, KH, KW]``; ``data_format`` "NHWC" only changes the input / output layout
-(the kernels transpose to NCHW and back).
+(the kernels transpose to NCHW and back). conv3d is the same over (D, H, W): paddings of 3 or 6,
+filter ``[C_out, C_in / groups, KD, KH, KW]``, "NCDHW" / "NDHWC" (Paddle's 3-D kernels only ask
+whether the format is channel-last, so "NCHW" / "NHWC" are accepted too). The helpers below work
+over any number of spatial dims; :mod:`refimpl.ops.conv_transpose_ops` reuses them (a transposed
+conv is the input gradient of a conv).
 
 Order of the sums (float32 results depend on it):
 
 * forward: per group, ``Out[g] = W[g] (C_out/g, K) @ cols[g] (K, N*OH*OW)`` with
-  ``K = (c, kh, kw)`` flattened row-major; one ``np.matmul`` over the group axis, so BLAS picks
-  the order over K, as Paddle's MKL / OpenBLAS GEMM does (Paddle runs one GEMM per image and
-  group; the numbers may differ from Paddle's in the last bits).
-* ``Filter@GRAD[g] = dOut[g] @ cols[g]^T``: a BLAS sum over (n, oh, ow) (Paddle: a GEMM per image,
+  ``K = (c, kh, kw)`` flattened row-major, through :func:`gemm`: for K <= 256 (and small enough
+  products) a float32 sum over k in order, product and sum each rounded, which is what Paddle's CPU
+  GEMM computes there (Paddle runs one GEMM per image and group; checked bit for bit), else BLAS,
+  which picks its own order (the numbers may then differ from Paddle's in the last bits).
+* ``Filter@GRAD[g] = dOut[g] @ cols[g]^T``: a :func:`gemm` over (n, oh, ow) (Paddle: a GEMM per image,
   accumulated image by image).
-* ``Input@GRAD``: ``dcols[g] = W[g]^T @ dOut[g]`` (BLAS over C_out/g), then col2im as a loop over
-  the KH * KW kernel offsets in row-major order, each adding one strided slice of ``dcols``
+* ``Input@GRAD``: ``dcols[g] = W[g]^T @ dOut[g]`` (a :func:`gemm` over C_out/g), then col2im as a loop over
+  the kernel offsets (kh, kw) in row-major order, each adding one strided slice of ``dcols``
   into the padded input gradient: every input element sums its contributions in (kh, kw) order,
   as Paddle's ``Col2ImFunctor`` does.
 
@@ -32,31 +37,36 @@ flatten_contiguous_range: ``Out`` is a NumPy view of ``X`` (Paddle shares the bu
 ``XShape`` a zero-size array shaped ``[0] + X.shape``; the grad reads only ``XShape`` and
 ``Out@GRAD``.
 """
+import math
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from refimpl.core.errors import InvalidArgument
 
-from .common import check_choice, check_pair, first, grads_like
+from .common import check_choice, first, grads_like
 from .grad_maker import simple_grad
 from .manipulation_ops import from_xshape, xshape_grad, xshape_of
 from .registry import register_op
 
 CONV_ATTRS = {"strides": [1, 1], "paddings": [0, 0], "padding_algorithm": "EXPLICIT", "dilations": [1, 1],
               "groups": 1, "data_format": "NCHW"}
+# conv3d's proto orders groups before dilations
+CONV3D_ATTRS = {"strides": [1, 1, 1], "paddings": [0, 0, 0], "padding_algorithm": "EXPLICIT", "groups": 1,
+                "dilations": [1, 1, 1], "data_format": "NCDHW"}
 PADDING_ALGORITHMS = ("EXPLICIT", "SAME", "VALID")
 DATA_FORMATS = ("NCHW", "NHWC", "AnyLayout")
+DATA_FORMATS_3D = ("NCDHW", "NDHWC", "NCHW", "NHWC", "AnyLayout")  # the 3-D kernels read only "channel last"
 
 
-# ---- geometry shared with pool_ops and the cuda kernels -------------------------------------
-def explicit_pads(op: str, paddings: Sequence[int]) -> List[int]:
-    """[top, bottom, left, right] from 2 (h, w) or 4 paddings."""
+# ---- geometry shared with pool_ops, conv_transpose_ops and the cuda kernels ---------------------
+def explicit_pads(op: str, paddings: Sequence[int], nd: int = 2) -> List[int]:
+    """[lo0, hi0, lo1, hi1, ...] from ``nd`` paddings (both sides) or ``2 * nd`` (lo, hi per dim)."""
     p = [int(v) for v in paddings]
-    if len(p) == 2:
-        p = [p[0], p[0], p[1], p[1]]
-    if len(p) != 4 or min(p) < 0:
-        raise InvalidArgument(f"{op}: attr paddings must be 2 or 4 ints >= 0, got {list(paddings)}")
+    if len(p) == nd:
+        p = [v for v in p for _ in range(2)]
+    if len(p) != 2 * nd or min(p) < 0:
+        raise InvalidArgument(f"{op}: attr paddings must be {nd} or {2 * nd} ints >= 0, got {list(paddings)}")
     return p
 
 
@@ -66,44 +76,65 @@ def same_pads(size: int, k: int, s: int) -> Tuple[int, int]:
     return total // 2, total - total // 2
 
 
-def spatial(shape: Sequence[int], data_format: str) -> Tuple[int, int, int, int]:
-    """(N, C, H, W) of a 4-D shape in ``data_format``."""
-    n, a, b, c = shape
-    return (n, c, a, b) if data_format == "NHWC" else (n, a, b, c)
+def is_channel_last(data_format: str) -> bool:
+    return data_format in ("NHWC", "NDHWC")
 
 
-def conv_geometry(op: str, hw: Sequence[int], khw: Sequence[int], strides, paddings, dilations,
-                  padding_algorithm: str):
-    """(pads [t, b, l, r], dilations, out (OH, OW)) as ConvInferMeta computes them."""
+def spatial(shape: Sequence[int], data_format: str) -> Tuple[int, ...]:
+    """(N, C, *spatial dims) of a shape in ``data_format``."""
+    if is_channel_last(data_format):
+        return (shape[0], shape[-1], *shape[1:-1])
+    return tuple(shape)
+
+
+def check_ints(op: str, attr: str, values: Sequence[int], nd: int, lo: int = 1) -> Tuple[int, ...]:
+    """``nd`` ints, each >= ``lo`` (strides, dilations)."""
+    vals = tuple(int(v) for v in values)
+    if len(vals) != nd or min(vals) < lo:
+        raise InvalidArgument(f"{op}: attr {attr} must be {nd} ints >= {lo}, got {list(values)}")
+    return vals
+
+
+def pads_and_dilations(op: str, sizes: Sequence[int], ks: Sequence[int], strides, paddings, dilations,
+                       padding_algorithm: str):
+    """Paddle's ``UpdatePaddingAndDilation``: (pads [lo0, hi0, ...], dilations) after "SAME" / "VALID"."""
+    nd = len(sizes)
     check_choice(op, "padding_algorithm", padding_algorithm, PADDING_ALGORITHMS)
-    strides = check_pair(op, "strides", strides)
-    dilations = check_pair(op, "dilations", dilations)
-    pads = explicit_pads(op, paddings)
+    strides = check_ints(op, "strides", strides, nd)
+    dilations = check_ints(op, "dilations", dilations, nd)
+    pads = explicit_pads(op, paddings, nd)
     if padding_algorithm == "SAME":
-        pads = [*same_pads(hw[0], khw[0], strides[0]), *same_pads(hw[1], khw[1], strides[1])]
-        dilations = (1, 1)
+        pads = [p for i in range(nd) for p in same_pads(sizes[i], ks[i], strides[i])]
+        dilations = (1,) * nd
     elif padding_algorithm == "VALID":
-        pads = [0, 0, 0, 0]
+        pads = [0] * (2 * nd)
+    return pads, dilations
+
+
+def conv_geometry(op: str, sizes: Sequence[int], ks: Sequence[int], strides, paddings, dilations,
+                  padding_algorithm: str):
+    """(pads, dilations, out sizes) as ConvInferMeta computes them; unknown (-1) sizes stay -1."""
+    pads, dilations = pads_and_dilations(op, sizes, ks, strides, paddings, dilations, padding_algorithm)
     out = []
-    for i in range(2):
-        if hw[i] == -1:
+    for i, size in enumerate(sizes):
+        if size == -1:
             out.append(-1)
             continue
-        size = (hw[i] + pads[2 * i] + pads[2 * i + 1] - (dilations[i] * (khw[i] - 1) + 1)) // strides[i] + 1
-        if size <= 0:
+        o = (size + pads[2 * i] + pads[2 * i + 1] - (dilations[i] * (ks[i] - 1) + 1)) // int(strides[i]) + 1
+        if o <= 0:
             raise InvalidArgument(
-                f"{op}: the output size is {size} for input size {hw[i]}, filter size {khw[i]}, paddings "
+                f"{op}: the output size is {o} for input size {size}, filter size {ks[i]}, paddings "
                 f"{pads[2 * i:2 * i + 2]}, stride {strides[i]} and dilation {dilations[i]}; it must be > 0")
-        out.append(size)
-    return pads, dilations, (out[0], out[1])
+        out.append(o)
+    return pads, dilations, tuple(out)
 
 
-def conv_shapes(op: str, x_shape, w_shape, attrs):
-    """Checked (N, C, H, W), (pads, dilations, (OH, OW)) and the output shape of a conv op."""
-    check_choice(op, "data_format", attrs["data_format"], DATA_FORMATS)
-    if len(x_shape) != 4 or len(w_shape) != 4:
-        raise InvalidArgument(f"{op}: Input and Filter must be 4-D, got {list(x_shape)} and {list(w_shape)}")
-    n, c, h, w = spatial(x_shape, attrs["data_format"])
+def conv_shapes(op: str, x_shape, w_shape, attrs, nd: int = 2):
+    """Checked (N, C, *sizes), (pads, dilations, out sizes) and the output shape of a conv op."""
+    check_choice(op, "data_format", attrs["data_format"], DATA_FORMATS if nd == 2 else DATA_FORMATS_3D)
+    if len(x_shape) != nd + 2 or len(w_shape) != nd + 2:
+        raise InvalidArgument(f"{op}: Input and Filter must be {nd + 2}-D, got {list(x_shape)} and {list(w_shape)}")
+    n, c, *sizes = spatial(x_shape, attrs["data_format"])
     groups = int(attrs["groups"])
     if groups < 1 or w_shape[0] % groups:
         raise InvalidArgument(f"{op}: attr groups={groups} must be >= 1 and divide the {w_shape[0]} "
@@ -111,122 +142,155 @@ def conv_shapes(op: str, x_shape, w_shape, attrs):
     if c != -1 and c != w_shape[1] * groups:
         raise InvalidArgument(f"{op}: Input has {c} channels, Filter {list(w_shape)} with groups={groups} "
                               f"expects {w_shape[1] * groups}")
-    geo = conv_geometry(op, (h, w), w_shape[2:], attrs["strides"], attrs["paddings"], attrs["dilations"],
+    geo = conv_geometry(op, sizes, w_shape[2:], attrs["strides"], attrs["paddings"], attrs["dilations"],
                         attrs["padding_algorithm"])
-    oh, ow = geo[2]
-    out = (n, oh, ow, w_shape[0]) if attrs["data_format"] == "NHWC" else (n, w_shape[0], oh, ow)
-    return (n, c, h, w), geo, out
+    outs = geo[2]
+    out = (n, *outs, w_shape[0]) if is_channel_last(attrs["data_format"]) else (n, w_shape[0], *outs)
+    return (n, c, *sizes), geo, out
 
 
-def _conv_infer(op):
+def _conv_infer(op, nd):
     def infer(ins, attrs):
         xs, dt = first(ins, "Input")
-        return {"Output": (conv_shapes(op, tuple(xs), tuple(first(ins, "Filter")[0]), attrs)[2], dt)}
+        return {"Output": (conv_shapes(op, tuple(xs), tuple(first(ins, "Filter")[0]), attrs, nd)[2], dt)}
     return infer
 
 
-# ---- the NumPy conv kernel ----------------------------------------------------------------------
-def _windows(xp: np.ndarray, khw, dilations, strides, ohw) -> np.ndarray:
-    """A (N, C, KH, KW, OH, OW) strided view of the padded NCHW input (no copy)."""
-    n, c = xp.shape[:2]
-    s0, s1, s2, s3 = xp.strides
-    shape = (n, c, khw[0], khw[1], ohw[0], ohw[1])
-    st = (s0, s1, s2 * dilations[0], s3 * dilations[1], s2 * strides[0], s3 * strides[1])
+# ---- im2col / col2im over N spatial dims ------------------------------------------------------------
+def _windows(xp: np.ndarray, ks, dilations, strides, outs) -> np.ndarray:
+    """A (N, C, *K, *O) strided view of the padded channel-first input (no copy)."""
+    sp = xp.strides[2:]
+    shape = (*xp.shape[:2], *ks, *outs)
+    st = (*xp.strides[:2], *(s * d for s, d in zip(sp, dilations)), *(s * t for s, t in zip(sp, strides)))
     return np.lib.stride_tricks.as_strided(xp, shape, st, writeable=False)
 
 
 def _pad(x: np.ndarray, pads) -> np.ndarray:
     if not any(pads):
         return x
-    return np.pad(x, ((0, 0), (0, 0), (pads[0], pads[1]), (pads[2], pads[3])))
+    return np.pad(x, [(0, 0), (0, 0)] + [(pads[2 * i], pads[2 * i + 1]) for i in range(x.ndim - 2)])
 
 
-def im2col(x: np.ndarray, khw, pads, dilations, strides, ohw, groups: int) -> np.ndarray:
-    """(G, C/G * KH * KW, N * OH * OW): one copy of the windows, k = (c, kh, kw) row-major."""
-    win = _windows(_pad(x, pads), khw, dilations, strides, ohw)
-    n, c = x.shape[:2]
-    cols = win.transpose(1, 2, 3, 0, 4, 5).reshape(c * khw[0] * khw[1], n * ohw[0] * ohw[1])
+def im2col(x: np.ndarray, ks, pads, dilations, strides, outs, groups: int) -> np.ndarray:
+    """(G, C/G * prod(K), N * prod(O)): one copy of the windows, k = (c, *kernel offset) row-major."""
+    nd = len(ks)
+    win = _windows(_pad(x, pads), ks, dilations, strides, outs)
+    order = (1, *range(2, 2 + nd), 0, *range(2 + nd, 2 + 2 * nd))
+    cols = win.transpose(order).reshape(x.shape[1] * math.prod(ks), x.shape[0] * math.prod(outs))
     return cols.reshape(groups, -1, cols.shape[1])
 
 
-def _nchw(a: np.ndarray, data_format: str) -> np.ndarray:
-    return a.transpose(0, 3, 1, 2) if data_format == "NHWC" else a
+def col2im(dcols: np.ndarray, x_shape, ks, pads, dilations, strides, outs) -> np.ndarray:
+    """The input gradient (N, C, *sizes) from dcols (C, *K, N, *O): one strided add per kernel offset,
+    the offsets in row-major order (Paddle's ``Col2ImFunctor`` order)."""
+    n, c, *sizes = x_shape
+    nd = len(sizes)
+    dxp = np.zeros((n, c, *(sizes[i] + pads[2 * i] + pads[2 * i + 1] for i in range(nd))), dcols.dtype)
+    order = (1, 0, *range(2, 2 + nd))
+    for k in np.ndindex(*ks):
+        dst = tuple(slice(k[i] * dilations[i], k[i] * dilations[i] + strides[i] * (outs[i] - 1) + 1, strides[i])
+                    for i in range(nd))
+        dxp[(slice(None), slice(None)) + dst] += dcols[(slice(None),) + k].transpose(order)
+    return dxp[(slice(None), slice(None)) + tuple(slice(pads[2 * i], pads[2 * i] + sizes[i]) for i in range(nd))]
 
 
-def _from_nchw(a: np.ndarray, data_format: str) -> np.ndarray:
-    return np.ascontiguousarray(a.transpose(0, 2, 3, 1) if data_format == "NHWC" else a)
+def to_channel_first(a: np.ndarray, data_format: str) -> np.ndarray:
+    return a.transpose(0, a.ndim - 1, *range(1, a.ndim - 1)) if is_channel_last(data_format) else a
 
 
-def _conv_setup(op, Input, Filter, attrs):
-    _, (pads, dil, ohw), _ = conv_shapes(op, Input.shape, Filter.shape, attrs)
-    strides = [int(s) for s in attrs["strides"]]
-    return pads, dil, strides, ohw
+def from_channel_first(a: np.ndarray, data_format: str) -> np.ndarray:
+    return np.ascontiguousarray(a.transpose(0, *range(2, a.ndim), 1) if is_channel_last(data_format) else a)
 
 
-def conv_forward(op: str, Input: np.ndarray, Filter: np.ndarray, attrs: dict) -> np.ndarray:
-    pads, dil, strides, ohw = _conv_setup(op, Input, Filter, attrs)
-    g, co = int(attrs["groups"]), Filter.shape[0]
-    x = _nchw(Input, attrs["data_format"])
-    cols = im2col(x, Filter.shape[2:], pads, dil, strides, ohw, g)
-    out = np.matmul(Filter.reshape(g, co // g, -1), cols)          # (G, Co/G, N*OH*OW)
-    out = out.reshape(co, x.shape[0], ohw[0], ohw[1]).transpose(1, 0, 2, 3)
-    return _from_nchw(out, attrs["data_format"])
+# ---- the conv kernels (also the transposed conv's, with Input and Output swapped) -----------------
+IN_ORDER_MAX_K, IN_ORDER_MAX_WORK = 256, 1 << 24
 
 
-def col2im(dcols: np.ndarray, x_shape, khw, pads, dilations, strides, ohw) -> np.ndarray:
-    """The input gradient (N, C, H, W) from dcols (C, KH, KW, N, OH, OW): one strided add per offset."""
-    n, c, h, w = x_shape
-    dxp = np.zeros((n, c, h + pads[0] + pads[1], w + pads[2] + pads[3]), dcols.dtype)
-    for kh in range(khw[0]):
-        for kw in range(khw[1]):
-            h0, w0 = kh * dilations[0], kw * dilations[1]
-            dxp[:, :, h0:h0 + strides[0] * (ohw[0] - 1) + 1:strides[0],
-                w0:w0 + strides[1] * (ohw[1] - 1) + 1:strides[1]] += dcols[:, kh, kw].transpose(1, 0, 2, 3)
-    return dxp[:, :, pads[0]:pads[0] + h, pads[2]:pads[2] + w]
+def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a (G, M, K) @ b (G, K, N)``. Up to K = 256 and 2**24 multiply-adds the sum over k runs in
+    order, each product and each sum rounded (no FMA), as Paddle's CPU GEMM does for convs (bit for bit
+    on Paddle 3.3.1's conv2d_transpose for K = 2 ... 64) and the cuda matmul does; beyond, BLAS."""
+    g, m, k = a.shape
+    if k == 0 or k > IN_ORDER_MAX_K or g * m * k * b.shape[2] > IN_ORDER_MAX_WORK:
+        return np.matmul(a, b)
+    out = a[:, :, 0, None] * b[:, None, 0, :]
+    for i in range(1, k):
+        out += a[:, :, i, None] * b[:, None, i, :]
+    return out
 
 
-def conv_backward(op: str, Input, Filter, dOut, attrs: dict, need) -> Tuple[Optional[np.ndarray], ...]:
-    pads, dil, strides, ohw = _conv_setup(op, Input, Filter, attrs)
-    g, co, khw = int(attrs["groups"]), Filter.shape[0], Filter.shape[2:]
-    fmt = attrs["data_format"]
-    x = _nchw(Input, fmt)
-    d = _nchw(dOut, fmt).transpose(1, 0, 2, 3).reshape(g, co // g, -1)   # (G, Co/G, N*OH*OW)
+def conv_apply(x: np.ndarray, w: np.ndarray, groups: int, pads, dil, strides, outs) -> np.ndarray:
+    """Channel-first conv of x (N, C, *S) with w (Co, C/G, *K) into (N, Co, *outs)."""
+    co = w.shape[0]
+    cols = im2col(x, w.shape[2:], pads, dil, strides, outs, groups)
+    out = gemm(w.reshape(groups, co // groups, -1), cols)               # (G, Co/G, N * prod(O))
+    return np.moveaxis(out.reshape(co, x.shape[0], *outs), 0, 1)
+
+
+def conv_data_grad(d: np.ndarray, w: np.ndarray, groups: int, x_shape, pads, dil, strides) -> np.ndarray:
+    """Channel-first input gradient of a conv: d (N, Co, *O) with w (Co, C/G, *K) into x_shape."""
+    co, ks, outs = w.shape[0], w.shape[2:], d.shape[2:]
+    d = np.moveaxis(d, 1, 0).reshape(groups, co // groups, -1)
+    dcols = gemm(w.reshape(groups, co // groups, -1).transpose(0, 2, 1), d)
+    dcols = dcols.reshape(x_shape[1], *ks, x_shape[0], *outs)
+    return col2im(dcols, x_shape, ks, pads, dil, strides, outs)
+
+
+def conv_filter_grad(x: np.ndarray, d: np.ndarray, w_shape, groups: int, pads, dil, strides) -> np.ndarray:
+    """Channel-first filter gradient of a conv of x (N, C, *S), d (N, Co, *O) the output gradient."""
+    co, outs = w_shape[0], d.shape[2:]
+    cols = im2col(x, w_shape[2:], pads, dil, strides, outs, groups)
+    d = np.moveaxis(d, 1, 0).reshape(groups, co // groups, -1)
+    return gemm(d, cols.transpose(0, 2, 1)).reshape(w_shape)
+
+
+def _setup(op, Input, Filter, attrs, nd):
+    _, (pads, dil, outs), _ = conv_shapes(op, Input.shape, Filter.shape, attrs, nd)
+    return pads, dil, [int(s) for s in attrs["strides"]], outs
+
+
+def conv_forward(op: str, Input: np.ndarray, Filter: np.ndarray, attrs: dict, nd: int = 2) -> np.ndarray:
+    pads, dil, strides, outs = _setup(op, Input, Filter, attrs, nd)
+    x = to_channel_first(Input, attrs["data_format"])
+    out = conv_apply(x, Filter, int(attrs["groups"]), pads, dil, strides, outs)
+    return from_channel_first(out, attrs["data_format"])
+
+
+def conv_backward(op: str, Input, Filter, dOut, attrs: dict, need, nd: int = 2) -> Tuple[Optional[np.ndarray], ...]:
+    pads, dil, strides, _ = _setup(op, Input, Filter, attrs, nd)
+    g, fmt = int(attrs["groups"]), attrs["data_format"]
+    x, d = to_channel_first(Input, fmt), to_channel_first(dOut, fmt)
     dx = dw = None
     if need[0]:
-        dcols = np.matmul(Filter.reshape(g, co // g, -1).transpose(0, 2, 1), d)
-        dcols = dcols.reshape(x.shape[1], khw[0], khw[1], x.shape[0], ohw[0], ohw[1])
-        dx = _from_nchw(col2im(dcols, x.shape, khw, pads, dil, strides, ohw), fmt)
+        dx = from_channel_first(conv_data_grad(d, Filter, g, x.shape, pads, dil, strides), fmt)
     if need[1]:
-        cols = im2col(x, khw, pads, dil, strides, ohw, g)
-        dw = np.matmul(d, cols.transpose(0, 2, 1)).reshape(Filter.shape)
+        dw = conv_filter_grad(x, d, Filter.shape, g, pads, dil, strides)
     return dx, dw
 
 
-def _conv_attrs(data_format, dilations, groups, padding_algorithm, paddings, strides):
-    return {"data_format": data_format, "dilations": dilations, "groups": groups,
-            "padding_algorithm": padding_algorithm, "paddings": paddings, "strides": strides}
-
-
-# ---- conv2d / depthwise_conv2d --------------------------------------------------------------------
-def _register_conv(op: str) -> None:
+# ---- conv2d / depthwise_conv2d / conv3d -------------------------------------------------------------
+def _register_conv(op: str, attrs: dict, nd: int) -> None:
     grad = op + "_grad"
 
-    @register_op(op, ["Input", "Filter"], ["Output"], CONV_ATTRS, infer_shape=_conv_infer(op),
+    @register_op(op, ["Input", "Filter"], ["Output"], attrs, infer_shape=_conv_infer(op, nd),
                  grad=simple_grad(grad, ["Input", "Filter", "Output@GRAD"], ["Input@GRAD", "Filter@GRAD"]))
     def forward(Input, Filter, *, strides, paddings, padding_algorithm, dilations, groups, data_format):
-        attrs = _conv_attrs(data_format, dilations, groups, padding_algorithm, paddings, strides)
-        return conv_forward(op, Input, Filter, attrs)
+        a = dict(strides=strides, paddings=paddings, padding_algorithm=padding_algorithm, dilations=dilations,
+                 groups=groups, data_format=data_format)
+        return conv_forward(op, Input, Filter, a, nd)
 
-    @register_op(grad, ["Input", "Filter", "Output@GRAD"], ["Input@GRAD", "Filter@GRAD"], CONV_ATTRS,
+    @register_op(grad, ["Input", "Filter", "Output@GRAD"], ["Input@GRAD", "Filter@GRAD"], attrs,
                  infer_shape=grads_like(**{"Input@GRAD": "Input", "Filter@GRAD": "Filter"}))
     def backward(Input, Filter, dOutput, *, strides, paddings, padding_algorithm, dilations, groups,
                  data_format, need):
-        attrs = _conv_attrs(data_format, dilations, groups, padding_algorithm, paddings, strides)
-        return conv_backward(grad, Input, Filter, dOutput, attrs, need)
+        a = dict(strides=strides, paddings=paddings, padding_algorithm=padding_algorithm, dilations=dilations,
+                 groups=groups, data_format=data_format)
+        return conv_backward(grad, Input, Filter, dOutput, a, need, nd)
 
 
-_register_conv("conv2d")
-_register_conv("depthwise_conv2d")  # Python sets groups = C_in; the CPU kernel is conv2d's
+_register_conv("conv2d", CONV_ATTRS, 2)
+_register_conv("depthwise_conv2d", CONV_ATTRS, 2)  # Python sets groups = C_in; the CPU kernel is conv2d's
+_register_conv("conv3d", CONV3D_ATTRS, 3)
 
 
 # ---- flatten_contiguous_range ------------------------------------------------------------------------

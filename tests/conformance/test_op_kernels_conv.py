@@ -4,7 +4,7 @@ import pytest
 
 from kernel_check import Inputs, check_case, params
 from op_check import run
-from refimpl.ops.conv_ops import CONV_ATTRS, conv_shapes
+from refimpl.ops.conv_ops import CONV3D_ATTRS, CONV_ATTRS, conv_shapes
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -16,7 +16,8 @@ f32, f64, i64 = V.f32, V.f64, V.i64
 def _conv(op, xs, ws, dt=f32, **attrs):
     """A forward case and its grad case (Input, Filter, Output@GRAD) on the same shapes."""
     x, w = dt(*xs), dt(*ws)
-    out_shape = conv_shapes(op, xs, ws, dict(CONV_ATTRS, **attrs))[2]
+    nd = len(xs) - 2
+    out_shape = conv_shapes(op, xs, ws, dict(CONV_ATTRS if nd == 2 else CONV3D_ATTRS, **attrs), nd)[2]
     return [(op, [x, w], attrs), (op + "_grad", [x, w, dt(*out_shape)], attrs)]
 
 
@@ -37,6 +38,10 @@ CASES = [
     *_conv("depthwise_conv2d", (1, 3, 4, 4), (3, 1, 3, 3), paddings=[1, 1], groups=3),
     *_conv("depthwise_conv2d", (1, 4, 4, 2), (4, 1, 2, 2), f64, groups=2, data_format="NHWC"),
     ("conv2d_grad", [f32(1, 2, 3, 3), f32(2, 2, 2, 2), f32(1, 2, 2, 2)], {"need": [False, True]}),
+    *_conv("conv3d", (1, 2, 3, 4, 3), (3, 2, 2, 3, 2), paddings=[1, 0, 1]),
+    *_conv("conv3d", (1, 4, 3, 3, 4), (2, 2, 2, 2, 2), f64, strides=[1, 2, 2], groups=2, dilations=[1, 1, 2],
+           data_format="NDHWC"),
+    *_conv("conv3d", (1, 1, 4, 3, 3), (2, 1, 3, 2, 2), padding_algorithm="SAME", strides=[2, 1, 2]),
     *_pool((2, 2, 4, 4), **MAX2),
     *_pool((1, 2, 5, 5), pooling_type="max", ksize=[3, 3], strides=[2, 2], paddings=[1, 1]),
     *_pool((1, 2, 5, 4), pooling_type="avg", ksize=[3, 2], strides=[2, 1], paddings=[1, 1], exclusive=False),

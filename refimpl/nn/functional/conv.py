@@ -1,4 +1,5 @@
-"""Convolutions in static mode: ``F.conv2d``, ``F.conv1d`` (``paddle/nn/functional/conv.py``).
+"""Convolutions in static mode: ``F.conv1d/2d/3d`` and ``F.conv1d/2d/3d_transpose``
+(``paddle/nn/functional/conv.py``).
 
 Paddle's static branch (``conv2d`` -> ``_conv_nd``) appends one ``conv2d`` op, or
 ``depthwise_conv2d`` when every input channel is its own group (``groups == C != 1`` and the
@@ -12,9 +13,20 @@ x unsqueezed at dim -2 (NCL) or -3 (NLC), one ``conv2d`` op (CPU Paddle never pi
 for 1-D), the bias added with ``axis`` = the channel dim into a var named ``elementwise_add_N``, and
 the result squeezed back.
 
+``conv3d`` is ``conv2d``'s path over (D, H, W) (never the depthwise op: CPU Paddle picks
+``depthwise_conv3d`` only under a CUDA accuracy flag). ``conv2d_transpose`` appends one
+``conv2d_transpose`` op, or ``depthwise_conv2d_transpose`` when every input channel is its own
+group with one filter each (``groups == C != 1``, weight ``[C, 1, ...]``), then the bias as conv2d
+does; ``conv3d_transpose`` stores ``data_format`` "NCHW" / "NHWC" and adds its bias with
+``axis`` = the channel dim into ``elementwise_add_N``; ``conv1d_transpose`` unsqueezes x at -1 (NCL)
+or -2 (NLC) and the weight at -1, runs a conv2d_transpose over [.., L, 1] and squeezes back. The
+attrs ``output_size`` / ``output_padding`` are ``[]`` when not given (never both).
+
 Differences: the op's ``use_cudnn`` / ``fuse_relu_before_depthwise_conv`` attrs are not stored
 (Paddle 3.3.1's op proto drops them too); a kernel larger than the padded input raises here
-when the program is built, where Paddle 3.3.1 raises only when the op runs.
+when the program is built, where Paddle 3.3.1 raises only when the op runs; so do an ``output_size``
+outside ``[inferred, inferred + stride)``, an ``output_padding`` not below ``max(stride, dilation)`` and
+a transposed conv's size <= 0. An ``output_size`` given as a Tensor raises Unimplemented.
 """
 from __future__ import annotations
 
@@ -26,7 +38,7 @@ from refimpl.framework.variable import Variable
 from refimpl.ops.conv_ops import conv_geometry
 from refimpl.static.layer_helper import LayerHelper
 
-__all__ = ['conv2d', 'conv1d']
+__all__ = ['conv2d', 'conv1d', 'conv3d', 'conv1d_transpose', 'conv2d_transpose', 'conv3d_transpose']
 
 FLOAT_DTYPES = ("float16", "bfloat16", "uint16", "float32", "float64")
 
@@ -189,3 +201,171 @@ def conv1d(x: Variable, weight: Variable, bias: Optional[Variable] = None, strid
                                                  outputs={"Out": [summed]}, attrs={"axis": channel_dim})
         out = summed
     return squeeze(out, axis=[axis])
+
+
+# ---- conv3d -------------------------------------------------------------------------------------------
+def _channel_last(api: str, data_format: str, formats: Sequence[str]) -> bool:
+    if data_format not in formats:
+        raise InvalidArgument(f"{api}: data_format must be one of {list(formats)}, got {data_format!r}")
+    return data_format == formats[1]
+
+
+def conv3d(x: Variable, weight: Variable, bias: Optional[Variable] = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1, data_format: str = "NCDHW", name: Optional[str] = None) -> Variable:
+    """3-D convolution of x [N, C, D, H, W] (or NDHWC) with weight [C_out, C / groups, KD, KH, KW]."""
+    api = "conv3d"
+    channel_last = _channel_last(api, data_format, ("NCDHW", "NDHWC"))
+    check_input(api, x, 5)
+    channel_dim = -1 if channel_last else 1
+    _check_groups(api, x, weight, channel_dim, groups, 5)
+    padding, algo = update_padding(api, padding, channel_last, num_dims=3)
+    stride = to_list(api, "stride", stride, 3)
+    dilation = to_list(api, "dilation", dilation, 3)
+    check_fits(api, x, weight.shape[2:], stride, padding, dilation, algo, channel_last,
+               hw=x.shape[1:4] if channel_last else x.shape[2:5])
+    return _conv_nd(x, weight, bias, stride, padding, algo, dilation, groups, data_format, channel_dim,
+                    "conv3d", name=name)
+
+
+# ---- transposed convolutions ----------------------------------------------------------------------------
+def add_with_axis(x: Variable, y: Variable, axis: int) -> Variable:
+    """Paddle's ``_add_with_axis`` (static): one ``elementwise_add`` into a var named ``elementwise_add_N``."""
+    out = x.block.create_var(name=unique_name.generate("elementwise_add"), dtype=x.dtype)
+    LayerHelper("elementwise_add").append_op(type="elementwise_add", inputs={"X": [x], "Y": [y]},
+                                             outputs={"Out": [out]}, attrs={"axis": axis})
+    return out
+
+
+def transpose_output_size(api: str, output_size: Any, output_padding: Any, nd: int) -> Tuple[List[int], List[int]]:
+    """(output_size, output_padding) as the attrs store them: [] when not given; never both."""
+    if output_size is None:
+        output_size = []
+    else:
+        if output_padding != 0:
+            raise InvalidArgument(f"{api}: output_padding option is mutually exclusive with output_size")
+        if isinstance(output_size, Variable) or (isinstance(output_size, (list, tuple)) and any(
+                isinstance(v, Variable) for v in output_size)):
+            from refimpl.core.errors import Unimplemented
+            raise Unimplemented(f"{api}: an output_size given as a Tensor is not implemented in refimpl "
+                                "(pass ints)")
+        output_size = to_list(api, "output_size", output_size, nd)
+    output_padding = [] if output_padding == 0 else to_list(api, "output_padding", output_padding, nd)
+    return output_size, output_padding
+
+
+def check_transpose(api: str, x: Variable, w_shape: Sequence[int], attrs: dict, nd: int) -> None:
+    """The transposed conv op's own checks (output_size range, output > 0), raised naming the API."""
+    from refimpl.ops.conv_transpose_ops import conv_transpose_shapes
+    try:
+        conv_transpose_shapes(api, tuple(x.shape), tuple(w_shape), attrs, nd)
+    except InvalidArgument as e:
+        raise InvalidArgument(f"{api}: x {x.name!r} of shape {list(x.shape)}: {e.args[0]}") from None
+
+
+def conv_transpose_op(api: str, op_type: str, x: Variable, weight: Variable, attrs: dict, nd: int,
+                      name: Optional[str] = None) -> Tuple[LayerHelper, Variable]:
+    """Append one transposed conv op (attrs in Paddle's order); its helper and its output."""
+    check_transpose(api, x, weight.shape, attrs, nd)
+    helper = LayerHelper(op_type, name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(type=op_type, inputs={"Input": [x], "Filter": [weight]}, outputs={"Output": [out]},
+                     attrs=attrs)
+    return helper, out
+
+
+def _transpose_attrs(output_padding, output_size, stride, padding, algo, dilation, groups, data_format) -> dict:
+    return {"output_padding": output_padding, "output_size": output_size, "strides": stride, "paddings": padding,
+            "padding_algorithm": algo, "dilations": dilation, "groups": groups, "data_format": data_format}
+
+
+def _check_transpose_input(api: str, x: Variable, weight: Any, channel_dim: int, groups: Any, ndim: int) -> int:
+    check_input(api, x, ndim)
+    if not isinstance(weight, Variable) or len(weight.shape) != ndim:
+        raise InvalidArgument(f"{api}: weight must be a {ndim}-D static Variable, got "
+                              f"{getattr(weight, 'shape', type(weight).__name__)}")
+    num_channels = x.shape[channel_dim]
+    if not isinstance(groups, int) or groups <= 0:
+        raise InvalidArgument(f"{api}: groups must be an int > 0, got {groups!r}")
+    if num_channels != -1 and num_channels % groups:
+        raise InvalidArgument(f"{api}: the {num_channels} channels of x {x.name!r} (shape {list(x.shape)}) "
+                              f"are not divisible by groups={groups}")
+    return num_channels
+
+
+def conv2d_transpose(x: Variable, weight: Variable, bias: Optional[Variable] = None, stride: Any = 1,
+                     padding: Any = 0, output_padding: Any = 0, dilation: Any = 1, groups: int = 1,
+                     output_size: Any = None, data_format: str = "NCHW", name: Optional[str] = None) -> Variable:
+    """2-D transposed convolution of x [N, C, H, W] (or NHWC) with weight [C, C_out / groups, KH, KW]."""
+    api = "conv2d_transpose"
+    channel_last = _channel_last(api, data_format, ("NCHW", "NHWC"))
+    channel_dim = -1 if channel_last else 1
+    num_channels = _check_transpose_input(api, x, weight, channel_dim, groups, 4)
+    padding, algo = update_padding(api, padding, channel_last)
+    stride = to_list(api, "stride", stride, 2)
+    dilation = to_list(api, "dilation", dilation, 2)
+    output_size, output_padding = transpose_output_size(api, output_size, output_padding, 2)
+    op_type = "conv2d_transpose"
+    if num_channels == groups and num_channels != 1 and weight.shape[1] == 1:
+        op_type = "depthwise_conv2d_transpose"
+    attrs = _transpose_attrs(output_padding, output_size, stride, padding, algo, dilation, groups, data_format)
+    helper, pre_bias = conv_transpose_op(api, op_type, x, weight, attrs, 2, name)
+    if bias is None:
+        return pre_bias
+    out = helper.create_variable_for_type_inference(x.dtype)
+    if not channel_last:
+        from refimpl.tensor.manipulation import reshape
+        bias = reshape(bias, [1, *bias.shape, 1, 1])
+    LayerHelper("elementwise_add").append_op(type="elementwise_add", inputs={"X": [pre_bias], "Y": [bias]},
+                                             outputs={"Out": [out]}, attrs={"axis": -1})
+    return out
+
+
+def conv1d_transpose(x: Variable, weight: Variable, bias: Optional[Variable] = None, stride: Any = 1,
+                     padding: Any = 0, output_padding: Any = 0, groups: int = 1, dilation: Any = 1,
+                     output_size: Any = None, data_format: str = "NCL", name: Optional[str] = None) -> Variable:
+    """1-D transposed convolution of x [N, C, L] (or NLC), as a conv2d_transpose over [.., L, 1]."""
+    from refimpl.tensor.manipulation import squeeze, unsqueeze  # paddle.squeeze / unsqueeze
+    api = "conv1d_transpose"
+    channel_last = _channel_last(api, data_format, ("NCL", "NLC"))
+    channel_dim = -1 if channel_last else 1
+    num_channels = _check_transpose_input(api, x, weight, channel_dim, groups, 3)
+    padding, algo = update_padding(api, padding, channel_last, num_dims=1)
+    padding = [*padding, 0] if len(padding) == 1 else [*padding, 0, 0]
+    stride = [*to_list(api, "stride", stride, 1), 1]
+    dilation = [*to_list(api, "dilation", dilation, 1), 1]
+    output_size, output_padding = transpose_output_size(api, output_size, output_padding, 1)
+    output_size = [*output_size, 1] if output_size else []
+    output_padding = [*output_padding, 0] if output_padding else []
+    if output_padding and output_padding[0] > stride[0]:
+        raise InvalidArgument(f"{api}: output_padding {output_padding[0]} must not be greater than "
+                              f"stride {stride[0]}")
+    op_type = "conv2d_transpose"
+    if num_channels == groups and num_channels != 1 and weight.shape[1] == 1:
+        op_type = "depthwise_conv2d_transpose"
+    axis = -2 if channel_last else -1
+    x = unsqueeze(x, axis=[axis])
+    weight = unsqueeze(weight, axis=[-1])
+    attrs = _transpose_attrs(output_padding, output_size, stride, padding, algo, dilation, groups,
+                             "NHWC" if channel_last else "NCHW")
+    _, out = conv_transpose_op(api, op_type, x, weight, attrs, 2, name)
+    if bias is not None:
+        out = add_with_axis(out, bias, channel_dim)
+    return squeeze(out, axis=[axis])
+
+
+def conv3d_transpose(x: Variable, weight: Variable, bias: Optional[Variable] = None, stride: Any = 1,
+                     padding: Any = 0, output_padding: Any = 0, groups: int = 1, dilation: Any = 1,
+                     output_size: Any = None, data_format: str = "NCDHW", name: Optional[str] = None) -> Variable:
+    """3-D transposed convolution of x [N, C, D, H, W] (or NDHWC) with weight [C, C_out / groups, KD, KH, KW]."""
+    api = "conv3d_transpose"
+    channel_last = _channel_last(api, data_format, ("NCDHW", "NDHWC"))
+    channel_dim = -1 if channel_last else 1
+    _check_transpose_input(api, x, weight, channel_dim, groups, 5)
+    padding, algo = update_padding(api, padding, channel_last, num_dims=3)
+    stride = to_list(api, "stride", stride, 3)
+    dilation = to_list(api, "dilation", dilation, 3)
+    output_size, output_padding = transpose_output_size(api, output_size, output_padding, 3)
+    attrs = _transpose_attrs(output_padding, output_size, stride, padding, algo, dilation, groups,
+                             "NHWC" if channel_last else "NCHW")
+    _, out = conv_transpose_op(api, "conv3d_transpose", x, weight, attrs, 3, name)
+    return out if bias is None else add_with_axis(out, bias, channel_dim)
