@@ -39,7 +39,7 @@ PACKAGES = ("refimpl", "cuda_backend")
 RANK = {"core": 0, "flags": 1, "ops": 2, "framework": 3,
         "executor": 4, "io": 4, "cuda_backend": 4,
         "static": 5, "tensor": 5, "nn": 5, "optimizer": 5, "incubate": 5, "utils": 5, "regularizer": 5,
-        "hapi": 5, "base": 5,
+        "hapi": 5, "base": 5, "pir_utils": 5,
         "refimpl": 6, "distributed": 7, "viz": 7, "demo": 8, "schedule_cli": 8, "cli": 8, "compat": 8}
 
 # (importing module, imported layer) pairs that break the order today.

@@ -19,11 +19,14 @@ from refimpl.static.backward import append_backward, gradients
 from . import core, framework, io, layers
 from .core import is_compiled_with_cuda
 from .framework import in_dygraph_mode
+from .data_feeder import DataFeeder
+from refimpl.framework import disable_static as enable_dygraph, enable_static as disable_dygraph
 
 __all__ = ["CPUPlace", "CUDAPlace", "Scope", "global_scope", "scope_guard", "DenseTensor", "Executor",
            "get_flags", "set_flags", "Parameter", "Program", "Variable", "default_main_program",
            "default_startup_program", "device_guard", "name_scope", "program_guard", "unique_name",
            "BuildStrategy", "CompiledProgram", "ParamAttr", "cpu_places", "append_backward", "gradients",
-           "core", "framework", "io", "layers", "in_dygraph_mode", "is_compiled_with_cuda"]
+           "core", "framework", "io", "layers", "in_dygraph_mode", "is_compiled_with_cuda",
+           "DataFeeder", "enable_dygraph", "disable_dygraph"]
 
 __getattr__ = namespace_getattr(__name__)

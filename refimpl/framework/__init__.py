@@ -1,14 +1,32 @@
 """The static-graph IR: Program, Block, Operator, Variable (Paddle's ``base.framework``).
 
 Also ``paddle.framework``'s names (``python/paddle/framework/__init__.py``):
-the places, ``in_dynamic_mode`` / ``enable_static`` / ``in_pir_mode`` and the
-flags.
+the places, the mode switches and the flags.
 ``ParamAttr`` and ``LayerHelper`` live in ``refimpl.static`` (above this
 layer); the ``refimpl`` package binds them here once it has imported both.
 
-Differences: refimpl has the static graph only. ``in_dynamic_mode()`` answers
-as Paddle does (True until ``enable_static()``), but programs are built the
-static way whatever it says, and ``disable_static()`` raises Unimplemented.
+The mode (``python/paddle/base/framework.py`` ``in_dygraph_mode`` and
+``python/paddle/base/dygraph/base.py`` ``enable_dygraph`` /
+``disable_dygraph``): ``in_dynamic_mode()`` answers as Paddle 3.3.1 does --
+True at import, False after ``enable_static()``, True again after
+``disable_static()``. refimpl has the static graph only, so the answer and
+what is built part ways in one case:
+
+- at import, before any switch, ``in_dynamic_mode()`` says True yet every
+  API builds static programs as if ``enable_static()`` had been called
+  (scripts and tests that never call it keep working);
+- after an explicit ``disable_static()`` (until the next
+  ``enable_static()``), every call that would run eagerly in Paddle --
+  ``static.data``, a ``LayerHelper`` parameter, temporary or op, a tensor
+  function or operator, a layer call, ``to_tensor`` -- raises
+  Unimplemented naming the API (:func:`check_static_mode`, one
+  module-level bool read). The Executor,
+  the passes and the optimizer's internals never check: a program built
+  before the switch still runs (Paddle 3.3.1 refuses ``Executor.run`` in
+  dygraph mode with an AssertionError; refimpl is more lenient there).
+
+``in_pir_mode()`` is always False: refimpl builds the legacy ProgramDesc IR
+(``paddle.pir_utils.IrGuard`` raises Unimplemented when entered).
 """
 import importlib
 import importlib.util
@@ -31,17 +49,46 @@ from .grad_mode import *  # noqa: F401,F403  (is_grad_enabled, set_grad_enabled,
 
 # Paddle starts in dygraph mode (python/paddle/base/framework.py: global_var._in_eager_mode_).
 _dynamic_mode = True
+# True only between an explicit disable_static() and the next enable_static(): the calls that would run
+# eagerly then raise (check_static_mode). At import it is False although _dynamic_mode is True.
+_dygraph_requested = False
+
+_STATIC_ONLY = "refimpl implements the static graph only; call paddle.enable_static() first"
 
 
 def in_dynamic_mode() -> bool:
-    """Paddle's ``paddle.in_dynamic_mode()``: True until ``enable_static()`` is called."""
+    """Paddle's ``paddle.in_dynamic_mode()``: True at import and after ``disable_static()``, else False."""
     return _dynamic_mode
 
 
 def enable_static() -> None:
-    """Paddle's ``paddle.enable_static()``: from now on ``in_dynamic_mode()`` is False."""
-    global _dynamic_mode
-    _dynamic_mode = False
+    """Paddle's ``paddle.enable_static()`` (``base.disable_dygraph``): ``in_dynamic_mode()`` is False from now on."""
+    global _dynamic_mode, _dygraph_requested
+    _dynamic_mode = _dygraph_requested = False
+
+
+def disable_static(place: Any = None) -> None:
+    """Paddle's ``paddle.disable_static(place=None)`` (``base.enable_dygraph``): ``in_dynamic_mode()`` is True.
+
+    refimpl has no dygraph: from now on (until ``enable_static()``) each call
+    that would run eagerly raises Unimplemented (:func:`check_static_mode`).
+    ``place`` is accepted and ignored, as refimpl runs no eager op anywhere.
+    """
+    global _dynamic_mode, _dygraph_requested
+    _dynamic_mode = _dygraph_requested = True
+
+
+def check_static_mode(api: str) -> None:
+    """Raise Unimplemented naming ``api`` when the script switched to dygraph with ``disable_static()``.
+
+    Called by the APIs that build a program: ``static.data``,
+    ``LayerHelper``'s ``create_parameter`` / ``create_variable_for_type_inference``
+    / ``append_op``, the tensor functions and operators, a layer call and
+    ``to_tensor``; never by the Executor, passes or optimizer internals.
+    """
+    if _dygraph_requested:
+        raise Unimplemented(f"{api}: the mode is dynamic (paddle.disable_static() was called), where Paddle "
+                            f"would run this call eagerly; {_STATIC_ONLY}")
 
 
 def in_pir_mode() -> bool:
@@ -52,12 +99,6 @@ def in_pir_mode() -> bool:
 def in_dynamic_or_pir_mode() -> bool:
     """Paddle's ``paddle.framework.in_dynamic_or_pir_mode()``."""
     return in_dynamic_mode() or in_pir_mode()
-
-
-def disable_static(place: Any = None) -> None:
-    """Paddle's ``paddle.disable_static()``: dygraph mode, which refimpl does not have."""
-    raise Unimplemented("paddle.disable_static(): refimpl implements the static graph only, there is no "
-                        "dygraph mode to switch to; keep the script in static mode (paddle.enable_static())")
 
 
 class UnimplementedName(Unimplemented, AttributeError):

@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence, TYPE_CHECKING
 
 from refimpl.core.dtypes import convert_dtype
 from refimpl.core.errors import InvalidArgument
+from refimpl.framework import check_static_mode
 from refimpl.framework.program import default_main_program
 from refimpl.nn.initializer import Constant
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 
 def data(name: str, shape: Sequence[Optional[int]], dtype: Any = "float32", lod_level: int = 0) -> Variable:
+    check_static_mode("paddle.static.data")  # Paddle: static only, an error after disable_static()
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"static.data: name must be a non-empty string, got {name!r}")
     if not isinstance(shape, (list, tuple)):

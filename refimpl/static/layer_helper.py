@@ -18,13 +18,18 @@ skips a generated name the program already has (a program read from a file
 starts counting afresh). A parameter name given twice
 (``ParamAttr(name="shared")``) is the same parameter again, initialised once,
 as in Paddle's ``Block.create_parameter``.
+
+After an explicit ``paddle.disable_static()`` (``refimpl.framework``'s
+docstring) ``create_parameter``, ``create_variable_for_type_inference`` and
+``append_op`` raise Unimplemented naming the layer: Paddle would run the
+layer eagerly; refimpl builds static programs only.
 """
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence, TYPE_CHECKING
 
 from refimpl.core.errors import InvalidArgument
-from refimpl.framework import unique_name
+from refimpl.framework import check_static_mode, unique_name
 from refimpl.framework.program import default_main_program, default_startup_program
 from refimpl.nn.initializer import Constant, XavierUniform
 
@@ -75,12 +80,14 @@ class LayerHelper:
 
     def create_variable_for_type_inference(self, dtype: Any, stop_gradient: bool = False,
                                            shape: Optional[Sequence[int]] = None) -> Variable:
+        check_static_mode(self.layer_type)  # after disable_static(): before anything is added
         return self.main_program.current_block().create_var(
             name=self.main_program.fresh_name(f"{self.name}.tmp"),
             dtype=dtype, shape=shape, persistable=False, stop_gradient=stop_gradient)
 
     def create_parameter(self, attr: Any, shape: Sequence[int], dtype: Any, is_bias: bool = False,
                          default_initializer: Any = None) -> Optional[Parameter]:
+        check_static_mode(self.layer_type)
         attr = ParamAttr._to_attr(attr)
         if attr is False:
             return None
@@ -121,6 +128,7 @@ class LayerHelper:
         return sv
 
     def append_op(self, **kwargs: Any) -> Operator:
+        check_static_mode(f"{self.layer_type} (op {kwargs.get('type')!r})")
         return self.main_program.current_block().append_op(**kwargs)
 
     def append_bias_op(self, x: Variable, bias_attr: Any, dim_start: int = 1) -> Variable:

@@ -1,4 +1,4 @@
-"""Creation: full, zeros, ones, arange, eye, full_like, zeros_like, ones_like, tril, triu, assign.
+"""Creation: full, zeros, ones, arange, eye, full_like, zeros_like, ones_like, tril, triu, assign, to_tensor.
 
 Mirrors the legacy static branch of ``python/paddle/tensor/creation.py`` as
 Paddle 2.6.2 runs it (the recorded reference: 3.3.1 binds ``tril`` and others
@@ -9,6 +9,11 @@ straight to PIR-only C++ functions). Names follow 2.6.2's helpers:
   ``fill_constant_1.tmp_0``, ``fill_constant_3.tmp_0`` ...;
 - ``tril`` / ``triu`` pass their ``name=None`` to the helper, which fills it
   in, so the output is named after the helper itself (``tril_0``).
+
+``to_tensor`` is 3.3.1's static branch (``_to_tensor_static``): an
+``assign_value`` (``assign_k.tmp_0``), then a ``cast`` when ``dtype`` asks
+for another dtype, under ``device_guard`` of the place (``op_device`` "cpu"
+for the default CPU place).
 
 Not here: ``empty`` (no ``empty`` op in the registry); shapes given as
 Variables (``ShapeTensor``), which refimpl does not build.
@@ -21,6 +26,9 @@ import numpy as np
 
 from refimpl.core.dtypes import convert_dtype, to_vartype
 from refimpl.core.errors import InvalidArgument
+from refimpl.core.place import CPUPlace, CUDAPlace
+from refimpl.executor.backend import default_place
+from refimpl.framework import check_static_mode
 from refimpl.framework.program import device_guard
 from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
@@ -28,7 +36,7 @@ from refimpl.static.layer_helper import LayerHelper
 from .math import check_variable
 
 __all__ = ['arange', 'assign', 'eye', 'fill_constant', 'full', 'full_like', 'ones', 'ones_like', 'tril', 'triu',
-           'zeros', 'zeros_like']
+           'to_tensor', 'zeros', 'zeros_like']
 
 _INT_DTYPES = ('int8', 'uint8', 'int16', 'int32', 'int64')
 
@@ -214,3 +222,81 @@ def _assign_value(helper: LayerHelper, x: Any, output: Optional[Variable]) -> Va
     helper.append_op(type="assign_value", outputs={"Out": [output]},
                      attrs={"dtype": to_vartype(dtype), "shape": list(arr.shape), "values": arr.ravel().tolist()})
     return output
+
+
+def to_tensor(data: Any, dtype: Any = None, place: Any = None, stop_gradient: bool = True) -> Variable:
+    """Paddle's ``paddle.to_tensor`` in static mode: a Variable holding ``data`` (``assign_value``, maybe ``cast``).
+
+    A number or nested list becomes an array first, its floats of the default
+    dtype (float32) and its int32s int64 (NumPy arrays and scalars keep
+    their dtype); int16 becomes int32. A Variable is returned as is (or cast).
+    A list holding Variables is ``stack``-ed. ``stop_gradient`` is set on the
+    result.
+    """
+    check_static_mode("paddle.to_tensor")
+    with device_guard(_place_device(place)):
+        return _to_tensor_static(data, None if dtype is None else _dtype(dtype, "to_tensor"), stop_gradient)
+
+
+def _place_device(place: Any) -> str:
+    """The ``device_guard`` string of a place ("cpu", "gpu:0"), as Paddle's ``str(place)`` gives it."""
+    if place is None:
+        place = default_place()
+    if isinstance(place, str):
+        name, _, idx = place.partition(":")
+        if name == "cpu" and not idx:
+            return "cpu"
+        if name == "gpu" and (not idx or idx.isdigit()):
+            return f"gpu:{idx or 0}"
+    elif isinstance(place, CPUPlace):
+        return "cpu"
+    elif isinstance(place, CUDAPlace):
+        return f"gpu:{place.get_device_id()}"
+    raise InvalidArgument(f"to_tensor: argument 'place' must be a CPUPlace, a CUDAPlace, 'cpu' or 'gpu:N', "
+                          f"got {place!r}")
+
+
+def _to_tensor_static(data: Any, dtype: Optional[str], stop_gradient: bool) -> Variable:
+    if isinstance(data, Variable):
+        out = data if dtype is None or dtype == data.dtype else _cast(data, dtype)
+    else:
+        if isinstance(data, (list, tuple)) and any(isinstance(d, Variable) for d in data):
+            from .manipulation import stack
+            stacked = stack([_to_tensor_static(d, dtype, stop_gradient) for d in data])
+            target = dtype or stacked.dtype
+            out = assign(stacked)
+        else:
+            arr = _as_array(data)
+            target = dtype or arr.dtype.name  # taken before int16 -> int32: Paddle casts back to int16
+            if arr.dtype.name == "int16":
+                arr = arr.astype("int32")
+            if arr.dtype.name not in _ASSIGN_VALUE_DTYPES:
+                raise InvalidArgument(f"to_tensor: data of dtype {arr.dtype.name!r} is not supported; expected "
+                                      f"one of {list(_ASSIGN_VALUE_DTYPES)} or int16")
+            out = _assign_value(LayerHelper("assign"), arr, None)
+        if target != out.dtype:
+            out = _cast(out, target)
+    out.stop_gradient = stop_gradient
+    return out
+
+
+def _as_array(data: Any) -> np.ndarray:
+    """``data`` as an array: NumPy input as is, Python numbers and lists with Paddle's default dtypes."""
+    if isinstance(data, np.ndarray):
+        return data
+    if isinstance(data, (np.number, np.bool_)):
+        return np.array(data)
+    if isinstance(data, (bool, int, float, list, tuple)):
+        try:
+            arr = np.array(data)
+        except ValueError as exc:  # ragged lists
+            raise InvalidArgument(f"to_tensor: argument 'data' cannot become an array: {exc}") from None
+        if arr.dtype.kind == "f":
+            return arr.astype("float32")
+        return arr.astype("int64") if arr.dtype.name == "int32" else arr
+    raise InvalidArgument(f"to_tensor: cannot make a tensor of {type(data).__name__} {data!r}")
+
+
+def _cast(x: Variable, dtype: str) -> Variable:
+    from .manipulation import cast
+    return cast(x, dtype)

@@ -25,7 +25,7 @@ import numpy as np
 
 from refimpl.core.dtypes import to_vartype
 from refimpl.core.errors import InvalidArgument
-from refimpl.framework import unique_name
+from refimpl.framework import check_static_mode, unique_name
 from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
 
@@ -35,7 +35,11 @@ __all__ = ['abs', 'add', 'add_n', 'clip', 'cumsum', 'divide', 'exp', 'increment'
 
 
 def check_variable(x: Any, api: str) -> Variable:
-    """x itself when it is a static Variable, else InvalidArgument naming ``api`` (used by every refimpl API)."""
+    """x itself when it is a static Variable, else InvalidArgument naming ``api`` (used by every refimpl API).
+
+    After ``disable_static()`` it raises Unimplemented naming ``api`` (Paddle would run ``api`` eagerly).
+    """
+    check_static_mode(api)
     if not isinstance(x, Variable):
         raise InvalidArgument(f"{api}: expected a static Variable, got {type(x).__name__}")
     return x

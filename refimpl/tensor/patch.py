@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 from refimpl.core.dtypes import convert_dtype, to_vartype
 from refimpl.core.errors import InvalidArgument, OutOfRange, Unimplemented
-from refimpl.framework import unique_name
+from refimpl.framework import check_static_mode, unique_name
 from refimpl.framework.variable import Variable
 
 from .math import constant_like
@@ -53,6 +53,7 @@ def _new_tmp(x: Variable, dtype: Any) -> Variable:
 
 def astype(self: Variable, dtype: Any) -> Variable:
     """A ``cast`` to ``tmp_k`` (2.6.2 casts even to the same dtype); stop_gradient follows x."""
+    check_static_mode("Variable.astype")
     out = _new_tmp(self, convert_dtype(dtype))
     _block(self).append_op(type="cast", inputs={"X": [self]}, outputs={"Out": [out]},
                            attrs={"in_dtype": to_vartype(self.dtype), "out_dtype": to_vartype(out.dtype)})
@@ -110,6 +111,7 @@ def _warn_dtypes(op_type: str, lhs: str, rhs: str, common: Optional[str]) -> Non
 def _creator(method: str, op_type: str, reverse: bool = False,
              scalar: Optional[Callable[[Variable, float], Variable]] = None) -> Callable:
     def impl(self: Variable, other: Any) -> Any:
+        check_static_mode(f"Variable.{method}")
         if isinstance(other, float):
             if self.dtype in _INT_DTYPES:
                 self = astype(self, "float32")
@@ -174,6 +176,7 @@ _OPERATORS = {
 
 
 def _neg(self: Variable) -> Variable:
+    check_static_mode("Variable.__neg__")
     return _scalar_op(self, -1.0, 0.0)
 
 
@@ -230,6 +233,7 @@ def _parse_index(x: Variable, index: Any):
 
 
 def _getitem(self: Variable, index: Any) -> Variable:
+    check_static_mode("Variable.__getitem__")
     axes, starts, ends, steps, decrease, none_axes = _parse_index(self, index)
     out = self
     if axes:

@@ -32,7 +32,7 @@ import numpy as np
 
 from refimpl.core.dtypes import convert_dtype
 from refimpl.core.errors import InvalidArgument, NotFound
-from refimpl.framework import unique_name
+from refimpl.framework import check_static_mode, unique_name
 from refimpl.framework.variable import Parameter, Variable
 from refimpl.static.layer_helper import LayerHelper
 
@@ -269,6 +269,7 @@ class Layer:
         return handle
 
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
+        check_static_mode(f"paddle.nn.{type(self).__name__}.__call__")  # Paddle runs it eagerly in dygraph
         for hook in list(self._forward_pre_hooks.values()):
             result = hook(self, inputs)
             if result is not None:
