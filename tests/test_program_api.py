@@ -184,3 +184,22 @@ def test_operator_remove_output_and_clone_for_test_drop_reserve_space():
     bn.remove_output("ReserveSpace")
     bn.remove_output("NoSuchSlot")
     assert "ReserveSpace" not in bn.output_names and bn.output("ReserveSpace") == []
+
+
+def test_operator_desc_reads_and_writes_the_op_as_paddles_opdesc():
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        with paddle.static.name_scope("s1"):
+            a = paddle.static.data(name="a", shape=[None, 2], dtype="float32")
+            b = a + 1.0
+        with paddle.static.name_scope("s1"):
+            paddle.scale(b, 2.0)
+    scale_ops = [op for op in main.global_block().ops if op.type == "scale"]
+    desc = scale_ops[-1].desc
+    assert desc.type() == "scale" and desc.input("X") == [b.name]
+    assert desc.attr("op_namescope") == "/s1_1/"       # a second scope of the same name, as Paddle's
+    assert desc.has_attr("bias") and "scale" in desc.attr_names()
+    desc._set_attr("scale", 3.0)
+    assert scale_ops[-1].attr("scale") == 3.0
+    desc.set_input("X", [a.name])
+    assert scale_ops[-1].input("X") == [a.name] and desc.input_arg_names() == [a.name]

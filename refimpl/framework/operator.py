@@ -6,6 +6,10 @@ Python with an ``inputs`` dict, every input slot of the op's proto is
 present (unused optional ones as ``[]``); output slots are the given ones;
 proto attrs are filled with their defaults, plus the common attrs
 ``op_role``, ``op_role_var``, ``op_namescope`` and ``op_device``.
+
+``op.desc`` is the :class:`OpDesc` view scripts read Paddle's C++ ``OpDesc``
+through (``op.desc.type()``, ``op.desc.attr("op_namescope")``): methods, as in
+Paddle, over the same slots and attrs (there is no separate desc to sync).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ if TYPE_CHECKING:
     from .block import Block
 
 
-__all__ = ["Operator"]
+__all__ = ["Operator", "OpDesc"]
 
 
 def _names(value):
@@ -174,6 +178,62 @@ class Operator:
 
     def role(self) -> int:
         return self._attrs.get(OP_ROLE_ATTR, 0)
+
+    @property
+    def desc(self) -> "OpDesc":
+        """Paddle's ``Operator.desc``: the op seen as a C++ ``OpDesc`` (methods instead of properties)."""
+        return OpDesc(self)
+
+
+class OpDesc:
+    """The methods of Paddle's ``core.OpDesc`` that scripts call, over one :class:`Operator`."""
+
+    def __init__(self, op: Operator) -> None:
+        self._op = op
+
+    def type(self) -> str:
+        return self._op.type
+
+    def input(self, slot: str) -> List[str]:
+        return self._op.input(slot)
+
+    def output(self, slot: str) -> List[str]:
+        return self._op.output(slot)
+
+    def input_names(self) -> List[str]:
+        return self._op.input_names
+
+    def output_names(self) -> List[str]:
+        return self._op.output_names
+
+    def input_arg_names(self) -> List[str]:
+        return self._op.input_arg_names
+
+    def output_arg_names(self) -> List[str]:
+        return self._op.output_arg_names
+
+    def attr(self, name: str) -> Any:
+        return self._op.attr(name)
+
+    def has_attr(self, name: str) -> bool:
+        return self._op.has_attr(name)
+
+    def attr_names(self) -> List[str]:
+        return self._op.attr_names
+
+    def _set_attr(self, name: str, value: Any) -> None:
+        self._op._set_attr(name, value)
+
+    set_attr = _set_attr
+
+    def set_input(self, slot: str, names: Iterable[str]) -> None:
+        self._op.desc_set_input(slot, names)
+
+    def set_output(self, slot: str, names: Iterable[str]) -> None:
+        self._op.desc_set_output(slot, names)
+
+    def remove_output(self, slot: str) -> None:
+        self._op.remove_output(slot)
 
 
 def _typed(opdef, name, value):
