@@ -17,6 +17,15 @@ bits, and with those the zoo's 02_gpt_mini no longer gives Paddle's losses bit f
 no broadcasting; any other shapes are an InvalidArgument naming both (at build time, where the
 dims are known). The grads are ``Out@GRAD @ Y^T`` and ``X^T @ Out@GRAD``, multiplied with
 ``math_ops.mm`` as matmul_v2's are (the same in-order sums for small products).
+
+``bilinear_tensor_product`` mirrors Paddle's legacy op (``BilinearInferMeta`` in
+``paddle/phi/infermeta/multiary.cc``, ``paddle/phi/kernels/impl/bilinear_kernel_impl.h`` and
+``bilinear_grad_kernel_impl.h``): X ``[N, M]``, Y ``[N, P]``, Weight ``[K, M, P]`` and an optional
+Bias ``[1, K]`` give ``Out[i, k] = X[i] @ Weight[k] @ Y[i] + Bias[0, k]``. As in Paddle, each
+``X @ Weight[k]`` is a matrix product, then multiplied by Y elementwise and summed over P; the
+grads are the same products taken apart (``Bias@GRAD`` is Out@GRAD summed over the batch). Every
+sum runs in order (the outer-axis sums of NumPy, ``math_ops.mm``'s small products), as the cuda
+kernels add; products above ``math_ops.SMALL_MATMUL`` go to BLAS, which rounds its own way.
 """
 import math
 
@@ -152,3 +161,63 @@ def bmm_grad(X, Y, dOut, *, need):
     dx = mm(dOut, np.swapaxes(Y, 1, 2)) if need[0] else None
     dy = mm(np.swapaxes(X, 1, 2), dOut) if need[1] else None
     return dx, dy
+
+
+# ---- bilinear_tensor_product ----------------------------------------------------------------
+def check_bilinear_shapes(xs, ys, ws, bs=None) -> tuple:
+    """BilinearInferMeta's checks; returns Out's shape. -1 (unknown) matches anything."""
+    xs, ys, ws = list(xs), list(ys), list(ws)
+    shapes = f"(X {xs}, Y {ys}, Weight {ws}" + (f", Bias {list(bs)})" if bs is not None else ")")
+    if len(xs) != 2 or len(ys) != 2:
+        raise InvalidArgument(f"bilinear_tensor_product: X and Y must be 2-D {shapes}")
+    if len(ws) != 3:
+        raise InvalidArgument(f"bilinear_tensor_product: Weight must be 3-D [size, X's dim, Y's dim] {shapes}")
+
+    def differ(a, b):
+        return -1 not in (a, b) and a != b
+    if differ(xs[0], ys[0]):
+        raise InvalidArgument(f"bilinear_tensor_product: X and Y must have the same batch size {shapes}")
+    if differ(xs[1], ws[1]) or differ(ys[1], ws[2]):
+        raise InvalidArgument(f"bilinear_tensor_product: Weight's dims 1 and 2 must be X's and Y's "
+                              f"second dims {shapes}")
+    if bs is not None and (len(bs) != 2 or differ(bs[0], 1) or differ(bs[1], ws[0])):
+        raise InvalidArgument(f"bilinear_tensor_product: Bias must be [1, {ws[0]}] {shapes}")
+    return (xs[0] if xs[0] != -1 else ys[0], ws[0])
+
+
+def _bilinear_infer(ins, attrs):
+    (xs, dt), (ys, _), (ws, _) = first(ins, "X"), first(ins, "Y"), first(ins, "Weight")
+    b = first(ins, "Bias")
+    return {"Out": (check_bilinear_shapes(xs, ys, ws, b[0] if b else None), dt)}
+
+
+def _bilinear_grad_infer(ins, attrs):
+    out = grads_like(**{"X@GRAD": "X", "Y@GRAD": "Y", "Weight@GRAD": "Weight"})(ins, attrs)
+    ws, dt = first(ins, "Weight")
+    out["Bias@GRAD"] = ((1, ws[0]), dt)
+    return out
+
+
+@register_op("bilinear_tensor_product", ["X", "Y", "Weight", "Bias?"], ["Out"], {},
+             infer_shape=_bilinear_infer,
+             grad=simple_grad("bilinear_tensor_product_grad", ["X", "Y", "Weight", "Out@GRAD"],
+                              ["X@GRAD", "Y@GRAD", "Weight@GRAD", "Bias@GRAD"]))
+def bilinear_tensor_product(X, Y, Weight, Bias):
+    check_bilinear_shapes(X.shape, Y.shape, Weight.shape, None if Bias is None else Bias.shape)
+    left = mm(np.broadcast_to(X, (Weight.shape[0],) + X.shape), Weight)   # [K, N, P]: X @ Weight[k]
+    terms = np.ascontiguousarray(np.moveaxis(left * Y, -1, 0))             # [P, K, N]
+    out = np.ascontiguousarray(terms.sum(axis=0).T)                        # [N, K], added p = 0, 1, ... in order
+    return out + Bias if Bias is not None else out
+
+
+@register_op("bilinear_tensor_product_grad", ["X", "Y", "Weight", "Out@GRAD"],
+             ["X@GRAD", "Y@GRAD", "Weight@GRAD", "Bias@GRAD"], {}, infer_shape=_bilinear_grad_infer)
+def bilinear_tensor_product_grad(X, Y, Weight, dOut, *, need):
+    check_bilinear_shapes(X.shape, Y.shape, Weight.shape)
+    d = dOut.T[:, :, None]                                                # [K, N, 1]
+    dyw = d * Y                                                           # [K, N, P]: dOut[:, k] * Y
+    dx = mm(dyw, Weight.swapaxes(1, 2)).sum(axis=0) if need[0] else None
+    dy = mm(d * X, Weight).sum(axis=0) if need[1] else None
+    dw = mm(np.broadcast_to(X.T, (Weight.shape[0],) + X.T.shape), dyw) if need[2] else None
+    db = dOut.sum(axis=0, keepdims=True) if need[3] else None
+    return dx, dy, dw, db
