@@ -272,25 +272,7 @@ def test_ema_bad_arguments():
 
 
 # ---- WeightNormParamAttr --------------------------------------------------------------------
-@pytest.fixture
-def weight_norm_hook(monkeypatch):
-    """LayerHelper.create_parameter handing a WeightNormParamAttr to create_weight_normalize, as the
-    three-line hook proposed for refimpl/static/layer_helper.py does (a no-op once it is there)."""
-    from refimpl.nn.initializer import Constant, XavierUniform
-    from refimpl.static import layer_helper as lh
-    from refimpl.static.weight_norm_param_attr import WeightNormParamAttr, create_weight_normalize
-    original = lh.LayerHelper.create_parameter
-
-    def create_parameter(self, attr, shape, dtype, is_bias=False, default_initializer=None):
-        if isinstance(attr, WeightNormParamAttr):
-            name = attr.name or self.main_program.fresh_name(f"{self.name}.{'b' if is_bias else 'w'}")
-            init = attr.initializer or default_initializer or (Constant(0.0) if is_bias else XavierUniform())
-            return create_weight_normalize(self, attr, name, shape, dtype, init)
-        return original(self, attr, shape, dtype, is_bias, default_initializer)
-    monkeypatch.setattr(lh.LayerHelper, "create_parameter", create_parameter)
-
-
-def test_weight_norm_program_as_paddle(weight_norm_hook):
+def test_weight_norm_program_as_paddle():
     main, startup = fresh()
     with paddle.static.program_guard(main, startup):
         x = paddle.static.data("x2", shape=[-1, 4], dtype="float32")
@@ -315,7 +297,7 @@ def test_weight_norm_program_as_paddle(weight_norm_hook):
 
 
 @pytest.mark.parametrize("dim", [None, 0, 1])
-def test_weight_norm_numbers(weight_norm_hook, dim):
+def test_weight_norm_numbers(dim):
     main, startup = fresh()
     with paddle.static.program_guard(main, startup):
         x = paddle.static.data("x", shape=[-1, 4], dtype="float32")
@@ -338,7 +320,7 @@ def test_weight_norm_numbers(weight_norm_hook, dim):
     np.testing.assert_allclose(got, feed @ w, rtol=1e-5)
 
 
-def test_weight_norm_unsupported_dim(weight_norm_hook):
+def test_weight_norm_unsupported_dim():
     main, startup = fresh()
     with paddle.static.program_guard(main, startup):
         with pytest.raises(Unimplemented, match="dim=1 of the 3-D weight"):

@@ -47,6 +47,7 @@ class ParamAttr:
                  need_clip: bool = True) -> None:
         self.name, self.initializer, self.trainable = name, initializer, trainable
         self.learning_rate, self.regularizer, self.need_clip = learning_rate, regularizer, need_clip
+        self.do_model_average = do_model_average
 
     @staticmethod
     def _to_attr(arg):
@@ -93,6 +94,9 @@ class LayerHelper:
             return None
         name = attr.name or self.main_program.fresh_name(f"{self.name}.{'b' if is_bias else 'w'}")
         init = attr.initializer or default_initializer or (Constant(0.0) if is_bias else XavierUniform())
+        from refimpl.static.weight_norm_param_attr import WeightNormParamAttr, create_weight_normalize
+        if isinstance(attr, WeightNormParamAttr):  # w = g * v / ||v||, built from the two parameters
+            return create_weight_normalize(self, attr, name, shape, dtype, init)
         shape = [int(d) for d in shape]
         shared = self._existing_parameter(name, shape)
         if shared is not None:
@@ -102,7 +106,7 @@ class LayerHelper:
         return self.main_program.global_block().create_parameter(
             name, shape, dtype, trainable=attr.trainable,
             optimize_attr={"learning_rate": attr.learning_rate}, regularizer=attr.regularizer,
-            need_clip=attr.need_clip)
+            need_clip=attr.need_clip, do_model_average=attr.do_model_average)
 
     def _existing_parameter(self, name: str, shape: Sequence[int]) -> Optional[Parameter]:
         """The parameter ``name`` when both programs have it already (a shared parameter), else None."""
