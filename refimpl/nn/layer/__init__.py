@@ -7,7 +7,8 @@ from .conv import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .pooling import *  # noqa: F401,F403
 from .bilinear import *  # noqa: F401,F403
-from . import layers, container, common, activation, conv, norm, pooling, bilinear
+from .loss import *  # noqa: F401,F403
+from . import layers, container, common, activation, conv, norm, pooling, bilinear, loss
 
 __all__ = (layers.__all__ + container.__all__ + common.__all__ + activation.__all__ + conv.__all__
-           + norm.__all__ + pooling.__all__ + bilinear.__all__)
+           + norm.__all__ + pooling.__all__ + bilinear.__all__ + loss.__all__)
