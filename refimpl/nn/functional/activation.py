@@ -5,7 +5,7 @@ from refimpl.static.layer_helper import LayerHelper
 from refimpl.tensor.math import check_variable, unary_op
 
 __all__ = ['relu', 'tanh', 'sigmoid', 'gelu', 'softmax', 'silu', 'leaky_relu', 'log_sigmoid', 'hardsigmoid',
-           'log_softmax']
+           'log_softmax', 'prelu']
 
 
 def relu(x, name=None):
@@ -82,4 +82,34 @@ def log_softmax(x, axis=-1, dtype=None, name=None):
     src = _cast_first(helper, x, dtype, "log_softmax", ("float32", "float64"))
     out = helper.create_variable_for_type_inference(src.dtype)
     helper.append_op(type="log_softmax", inputs={"X": src}, outputs={"Out": out}, attrs={"axis": axis})
+    return out
+
+
+_PRELU_FORMATS = ("NC", "NCL", "NCHW", "NCDHW", "NLC", "NHWC", "NDHWC")
+
+
+def prelu(x, weight, data_format="NCHW", name=None):
+    """max(0, x) + weight * min(0, x) (op ``prelu``): one weight for all (mode ``all``) or, for a weight of
+    more than one element, one per channel (mode ``channel``), as Paddle picks the mode."""
+    check_variable(x, "prelu")
+    check_variable(weight, "prelu")
+    mode = "all"
+    if len(weight.shape) == 1 and weight.shape[0] > 1:
+        if data_format not in _PRELU_FORMATS:
+            raise InvalidArgument(f"prelu: data_format must be one of {', '.join(_PRELU_FORMATS)}, "
+                                  f"got {data_format!r}")
+        data_format = "NCHW" if data_format[1] == "C" else "NHWC"
+        if len(x.shape) < 2:
+            raise InvalidArgument(f"prelu: x {x.name!r} must be at least 2-D when weight has more than one "
+                                  f"element, got shape {list(x.shape)}")
+        channels = x.shape[1] if data_format == "NCHW" else x.shape[-1]
+        if weight.shape[0] != channels:
+            raise InvalidArgument(f"prelu: the size of weight {weight.name!r} ({weight.shape[0]}) must equal the "
+                                  f"number of channels of x {x.name!r} ({channels}, shape {list(x.shape)}, "
+                                  f"data_format {data_format})")
+        mode = "channel"
+    helper = LayerHelper("prelu", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(type="prelu", inputs={"X": x, "Alpha": weight}, outputs={"Out": out},
+                     attrs={"mode": mode, "data_format": data_format})
     return out

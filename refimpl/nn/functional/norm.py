@@ -1,4 +1,5 @@
-"""Normalisation: layer_norm, batch_norm (``python/paddle/nn/functional/norm.py``, static branch).
+"""Normalisation: layer_norm, batch_norm, group_norm, instance_norm (``python/paddle/nn/functional/norm.py``,
+static branch).
 
 ``layer_norm`` appends one ``layer_norm`` op normalising the trailing dims that
 ``normalized_shape`` names (``begin_norm_axis = x.ndim - len(normalized_shape)``);
@@ -8,6 +9,11 @@ statistics themselves, with Paddle's rule for ``is_test`` / ``use_global_stats``
 ``trainable_statistics`` and a ``ReserveSpace`` output only when training or when
 ``trainable_statistics``. Temporaries are named ``layer_norm_k.tmp_*`` /
 ``batch_norm_k.tmp_*`` in Paddle's order (saved mean, saved variance, output, reserve).
+``group_norm`` appends one ``group_norm`` op (``data_format`` ``NC*`` → ``NCHW``, ``N*C`` → ``NHWC``;
+temporaries mean, variance, output); ``instance_norm`` one ``instance_norm`` op whose Scale / Bias
+are set only when both weight and bias are given, as in Paddle (temporaries saved mean, saved
+variance, output). Paddle's static instance_norm also passes ``momentum`` / ``data_format`` attrs
+that the op does not declare and that Paddle's program then does not hold; refimpl leaves them out.
 """
 from __future__ import annotations
 
@@ -19,9 +25,10 @@ from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
 from refimpl.tensor.math import check_variable
 
-__all__ = ["layer_norm", "batch_norm"]
+__all__ = ["layer_norm", "batch_norm", "group_norm", "instance_norm"]
 
 _BN_FORMATS = ("NC", "NCL", "NCHW", "NCDHW", "NLC", "NHWC", "NDHWC")
+_GN_FORMATS = ("NCL", "NCHW", "NCDHW", "NLC", "NHWC", "NDHWC")
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -100,4 +107,48 @@ def batch_norm(x: Variable, running_mean: Variable, running_var: Variable, weigh
                      attrs={"momentum": float(momentum), "epsilon": float(epsilon), "is_test": not training,
                             "data_layout": layout, "use_global_stats": bool(use_global_stats),
                             "trainable_statistics": bool(trainable_statistics)})
+    return out
+
+
+def group_norm(x: Variable, num_groups: int, epsilon: float = 1e-05, weight: Optional[Variable] = None,
+               bias: Optional[Variable] = None, data_format: str = "NCHW", name: Optional[str] = None) -> Variable:
+    """Normalise each group of ``num_groups`` consecutive channels (op ``group_norm``)."""
+    check_variable(x, "group_norm")
+    _check_float(x, "group_norm")
+    if data_format not in _GN_FORMATS:
+        raise InvalidArgument(f"group_norm: unsupported data layout {data_format!r}, expected one of "
+                              f"{', '.join(_GN_FORMATS)}")
+    layout = "NCHW" if data_format[1] == "C" else "NHWC"
+    helper = LayerHelper("group_norm", name=name)
+    mean = helper.create_variable_for_type_inference(x.dtype, stop_gradient=True)
+    variance = helper.create_variable_for_type_inference(x.dtype, stop_gradient=True)
+    inputs = {"X": [x]}
+    if bias is not None:
+        inputs["Bias"] = [bias]
+    if weight is not None:
+        inputs["Scale"] = [weight]
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(type="group_norm", inputs=inputs, outputs={"Y": out, "Mean": mean, "Variance": variance},
+                     attrs={"epsilon": float(epsilon), "groups": num_groups, "data_layout": layout})
+    return out
+
+
+def instance_norm(x: Variable, running_mean: Optional[Variable] = None, running_var: Optional[Variable] = None,
+                  weight: Optional[Variable] = None, bias: Optional[Variable] = None, use_input_stats: bool = True,
+                  momentum: float = 0.9, eps: float = 1e-05, data_format: str = "NCHW",
+                  name: Optional[str] = None) -> Variable:
+    """Normalise every (sample, channel) over its remaining dims (op ``instance_norm``); ``running_mean``,
+    ``running_var``, ``use_input_stats`` and ``momentum`` are accepted and unused, as in Paddle."""
+    check_variable(x, "instance_norm")
+    _check_float(x, "instance_norm")
+    inputs = {"X": [x]}
+    if weight is not None and bias is not None:
+        inputs["Scale"], inputs["Bias"] = [weight], [bias]
+    helper = LayerHelper("instance_norm", name=name)
+    saved_mean = helper.create_variable_for_type_inference(x.dtype, stop_gradient=True)
+    saved_variance = helper.create_variable_for_type_inference(x.dtype, stop_gradient=True)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(type="instance_norm", inputs=inputs,
+                     outputs={"Y": [out], "SavedMean": [saved_mean], "SavedVariance": [saved_variance]},
+                     attrs={"epsilon": float(eps)})
     return out

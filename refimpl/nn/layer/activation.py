@@ -1,8 +1,9 @@
-"""Activation layers: ReLU, GELU, Tanh, Sigmoid, Softmax (``python/paddle/nn/layer/activation.py``).
+"""Activation layers: ReLU, GELU, Tanh, Sigmoid, Softmax, PReLU (``python/paddle/nn/layer/activation.py``).
 
 Parameterless layers that call the functional forms (``F.relu`` ...); their ops
 and temporaries are named after the functional helper (``relu_0.tmp_0``), not
-after the layer (``re_lu_0``), as in Paddle.
+after the layer (``re_lu_0``), as in Paddle. PReLU holds its weight under the layer's name
+(``p_re_lu_0.w_0``).
 """
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Any, Optional
 
 from refimpl.framework.variable import Variable
 from refimpl.nn import functional as F
+from refimpl.nn.initializer import Constant
 
 from .layers import Layer
 
-__all__ = ["ReLU", "GELU", "Tanh", "Sigmoid", "Softmax"]
+__all__ = ["ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "PReLU"]
 
 
 class _Unary(Layer):
@@ -64,3 +66,24 @@ class Softmax(Layer):
 
     def extra_repr(self) -> str:
         return f"axis={self._axis}" + (f", name={self._name}" if self._name else "")
+
+
+class PReLU(Layer):
+    """PReLU with a learnable weight of ``num_parameters`` values (``p_re_lu_0.w_0``, Constant(init));
+    ``F.prelu`` picks mode ``all`` for one value, ``channel`` for more."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, weight_attr: Any = None,
+                 data_format: str = "NCHW", name: Optional[str] = None) -> None:
+        super().__init__()
+        self._num_parameters, self._init = num_parameters, init
+        self._weight_attr, self._data_format, self._name = weight_attr, data_format, name
+        self._weight = self.create_parameter(attr=weight_attr, shape=[num_parameters], dtype=self._dtype,
+                                             is_bias=False, default_initializer=Constant(init))
+
+    def forward(self, x: Variable) -> Variable:
+        return F.prelu(x, self._weight, data_format=self._data_format)
+
+    def extra_repr(self) -> str:
+        name = f", name={self._name}" if self._name else ""
+        return (f"num_parameters={self._num_parameters}, data_format={self._data_format}, init={self._init}, "
+                f"dtype={self._dtype or 'float32'}{name}")
