@@ -203,3 +203,24 @@ def test_operator_desc_reads_and_writes_the_op_as_paddles_opdesc():
     assert scale_ops[-1].attr("scale") == 3.0
     desc.set_input("X", [a.name])
     assert scale_ops[-1].input("X") == [a.name] and desc.input_arg_names() == [a.name]
+
+
+def test_recreating_a_var_with_another_shape_or_dtype_is_paddles_error():
+    main = paddle.static.Program()
+    with paddle.static.program_guard(main, paddle.static.Program()):
+        x = paddle.static.data(name="x", shape=[1, 4], dtype="float32")
+        assert paddle.static.data(name="x", shape=[1, 4], dtype="float32") is x   # same: the same var
+        # Paddle 3.3.1: ValueError: Variable 'x' has been created before. The previous shape is (1, 4), ...
+        with pytest.raises(InvalidArgument, match=r"Variable 'x' has been created before. The previous shape "
+                                                  r"is \(1, 4\), the new shape is \(2, 3\). They are not matched."):
+            paddle.static.data(name="x", shape=[2, 3], dtype="float32")
+        with pytest.raises(ValueError, match="The previous data type is float32, the new data type is int32"):
+            paddle.static.data(name="x", shape=[1, 4], dtype="int32")
+
+
+def test_unnamed_vars_count_per_program_as_paddles():
+    names = []
+    for _ in range(2):
+        block = paddle.static.Program().global_block()
+        names.append([block.create_var(dtype="float32").name for _ in range(2)])
+    assert names == [["_generated_var_0", "_generated_var_1"]] * 2

@@ -104,11 +104,10 @@ class Block:
 
     def create_var(self, name: Optional[str] = None, **kwargs: Any) -> Variable:
         """Create (or return the existing) variable ``name`` in this block."""
-        if name is None:
-            from . import unique_name
-            name = unique_name.generate("_generated_var")
+        if name is None:  # Paddle 3.3.1 counts these per program (Program._name_generator)
+            name = self.program.fresh_name("_generated_var", self)
         if name in self.vars:
-            return self.vars[name]
+            return _check_recreated(self.vars[name], kwargs.get("shape"), kwargs.get("dtype"))
         v = Variable(self, name, **kwargs)
         self.vars[name] = v
         self.program._bump()
@@ -304,3 +303,16 @@ class Block:
         return self._to_readable_code()
 
     __repr__ = __str__
+
+
+def _check_recreated(old: Variable, shape: Any, dtype: Any) -> Variable:
+    """An existing var asked for again: Paddle's ``Variable.__init__`` refuses another shape or dtype."""
+    if shape is not None and old.shape is not None:
+        new = tuple(-1 if d is None else int(d) for d in shape)
+        if new != tuple(old.shape):
+            raise InvalidArgument(f"Variable '{old.name}' has been created before. The previous shape is "
+                                  f"{tuple(old.shape)}, the new shape is {new}. They are not matched.")
+    if dtype is not None and old.dtype is not None and convert_dtype(dtype) != old.dtype:
+        raise InvalidArgument(f"Variable '{old.name}' has been created before. The previous data type is "
+                              f"{old.dtype}, the new data type is {convert_dtype(dtype)}. They are not matched.")
+    return old
