@@ -6,15 +6,18 @@ defaults. As in Paddle, a shape comes from ``ShapeTensorList`` first, then
 ``ShapeTensor``, then the ``shape`` attr; ``fill_constant``'s value comes
 from ``ValueTensor``, then a non-empty ``str_value``, then ``value``.
 
-Differences from Paddle: random ops draw from NumPy generators
-(``refimpl.core.random``), so their numbers differ from Paddle's; a
-non-zero ``seed`` attr still makes an op repeat the same numbers on every
-run, and ``refimpl.core.random.seed(n)`` makes the others reproducible.
-``lookup_table_v2_grad`` always produces a dense gradient (no SelectedRows).
-``assign_value`` carries its numbers in Paddle 3's ``values`` attr (a list of
-Python numbers; Paddle 2.6 spread them over ``fp32_values`` / ``int64_values``
-...); ``fill_constant_batch_size_like`` takes dim ``output_dim_idx`` of its
-``shape`` from Input's dim ``input_dim_idx`` and reads only Input's shape.
+The random ops draw Paddle's CPU numbers (``refimpl.core.random``: the
+``std::mt19937_64`` engine and libstdc++'s distributions), element after
+element in row-major order: after ``paddle.seed(n)`` an op with ``seed`` 0
+gives what Paddle's CPU kernel gives; a non-zero ``seed`` attr gives every
+run the numbers of a fresh engine seeded with it.
+
+Differences from Paddle: ``lookup_table_v2_grad`` always produces a dense
+gradient (no SelectedRows). ``assign_value`` carries its numbers in Paddle 3's
+``values`` attr (a list of Python numbers; Paddle 2.6 spread them over
+``fp32_values`` / ``int64_values`` ...); ``fill_constant_batch_size_like``
+takes dim ``output_dim_idx`` of its ``shape`` from Input's dim
+``input_dim_idx`` and reads only Input's shape.
 """
 import functools
 
@@ -22,7 +25,7 @@ import numpy as np
 
 from refimpl.core.dtypes import VARTYPE_TO_NAME, convert_dtype, to_numpy_dtype
 from refimpl.core.errors import InvalidArgument
-from refimpl.core.random import generator_for
+from refimpl.core.random import engine_for, normal, uniform
 
 from .common import first
 from .grad_maker import simple_grad
@@ -106,8 +109,8 @@ def fill_any_like(X, *, value, dtype):
              infer_shape=_dtype_infer)
 def uniform_random(ShapeTensor, ShapeTensorList, *, shape, dtype, min, max, seed,
                    diag_num, diag_step, diag_val):
-    rng = generator_for(seed)
-    out = rng.uniform(min, max, _shape(ShapeTensor, ShapeTensorList, shape)).astype(to_numpy_dtype(dtype))
+    dims = _shape(ShapeTensor, ShapeTensorList, shape)
+    out = uniform(engine_for(seed), int(np.prod(dims)), min, max, _numpy_dtype(dtype)).reshape(dims)
     if diag_num > 0:  # Paddle's diagonal init: element i * (diag_step + 1) set to diag_val
         flat = out.reshape(-1)
         idx = np.arange(diag_num) * (diag_step + 1)
@@ -122,9 +125,8 @@ def uniform_random(ShapeTensor, ShapeTensorList, *, shape, dtype, min, max, seed
              {"shape": [], "mean": 0.0, "std": 1.0, "seed": 0, "dtype": 5},
              infer_shape=_dtype_infer)
 def gaussian_random(ShapeTensor, ShapeTensorList, *, shape, mean, std, seed, dtype):
-    rng = generator_for(seed)
-    out = rng.normal(mean, std, _shape(ShapeTensor, ShapeTensorList, shape))
-    return out.astype(to_numpy_dtype(dtype))
+    dims = _shape(ShapeTensor, ShapeTensorList, shape)
+    return normal(engine_for(seed), int(np.prod(dims)), mean, std, _numpy_dtype(dtype)).reshape(dims)
 
 
 # ---- lookup_table_v2 ----------------------------------------------------------------

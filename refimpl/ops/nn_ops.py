@@ -17,17 +17,20 @@ no mask is drawn: Mask is an empty uint8 array (Paddle leaves it without
 memory) and ``dropout_grad`` does not read it.
 The grad op reads Mask and Out@GRAD.
 
-Differences from Paddle: the random draws come from NumPy
-(``refimpl.core.random``; a ``Seed`` input seeds its own generator), so the
-masks differ from Paddle's for the same seed. Paddle's extra attrs ``seed``
-and ``fix_seed`` are not proto attrs and are not declared here.
+The mask is Paddle's CPU mask: one ``std::uniform_real_distribution<float>(0, 1)``
+draw per element in row-major order from the global engine (``refimpl.core.random``),
+or from a fresh engine seeded with a non-zero ``Seed`` input; ``dropout_prob``
+1 drops everything without drawing.
+
+Differences from Paddle: Paddle's extra attrs ``seed`` and ``fix_seed`` are
+not proto attrs and are not declared here.
 """
 import functools
 import operator
 
 import numpy as np
 
-from refimpl.core.random import generator_for
+from refimpl.core.random import dropout_keep
 
 from .common import f32, first, grads_like
 from .grad_maker import simple_grad
@@ -168,12 +171,11 @@ def dropout(X, Seed, *, dropout_prob, is_test, dropout_implementation):
         # no mask is drawn in test mode; an empty one keeps the var "written" as in Paddle
         return (X.copy() if upscale else X * _keep_scale(dropout_prob, X.dtype)), np.empty((0,), np.uint8)
     seed = int(np.asarray(Seed).reshape(-1)[0]) if Seed is not None else 0
-    keep = generator_for(seed).random(X.shape) >= dropout_prob
-    out = X * keep
-    if upscale:
-        keep_p = _keep_scale(dropout_prob, X.dtype)
-        out = out / keep_p if keep_p > 0 else np.zeros_like(X)
-    return out, keep.astype(np.uint8)
+    if np.float32(dropout_prob) == 1:  # as Paddle's kernel: all dropped, nothing drawn
+        return np.zeros_like(X), np.zeros(X.shape, np.uint8)
+    keep = dropout_keep(X.shape, dropout_prob, seed)
+    kept = X / _keep_scale(dropout_prob, X.dtype) if upscale else X
+    return np.where(keep, kept, X.dtype.type(0)), keep.astype(np.uint8)
 
 
 @register_op("dropout_grad", ["Mask", "Out@GRAD"], ["X@GRAD"], _DROPOUT_ATTRS,
