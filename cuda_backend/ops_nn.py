@@ -14,7 +14,7 @@ host read).
 """
 import numpy as np
 
-from refimpl.core.random import generator_for
+from refimpl.core.random import dropout_keep
 from refimpl.ops.registry import register_kernel
 
 from . import ew
@@ -35,6 +35,12 @@ def f_std(DT):
 @ew.functor(2)
 def f_mul_u8(DT):
     return lambda x, m, a, b: x * DT(m)
+
+
+@ew.functor(2)
+def f_keep_u8(DT):
+    """dropout's output: x / a where the mask keeps it (a = 1 - p, or 1 when not upscaling), else +0."""
+    return lambda x, m, a, b: x / a if m else DT(0)
 
 
 @ew.functor(1)
@@ -153,12 +159,11 @@ def dropout(X, Seed, *, dropout_prob, is_test, dropout_implementation):
         out = ew.run1(f_times, X, 1 if upscale else _keep_scale(dropout_prob, X.dtype))
         return out, empty((0,), np.uint8)
     seed = int(scalar_of(Seed)) if Seed is not None else 0
-    keep = generator_for(seed).random(tuple(X.shape)) >= dropout_prob  # the CPU kernel's draws
+    if np.float32(dropout_prob) == 1:  # as Paddle's kernel: all dropped, nothing drawn
+        return full(X.shape, 0, X.dtype), to_device(np.zeros(tuple(X.shape), np.uint8))
+    keep = dropout_keep(tuple(X.shape), dropout_prob, seed)  # the CPU kernel's draws, on the host
     mask = to_device(keep.astype(np.uint8))
-    out = ew.run_n(f_mul_u8, [X, mask])
-    if upscale:
-        keep_p = _keep_scale(dropout_prob, X.dtype)
-        out = ew.run1(f_over, out, keep_p) if keep_p > 0 else full(X.shape, 0, X.dtype)  # +0, not x * 0
+    out = ew.run_n(f_keep_u8, [X, mask], _keep_scale(dropout_prob, X.dtype) if upscale else 1)
     return out, mask
 
 

@@ -43,9 +43,12 @@ float16 = "float16"
 
 
 def seed(n):
-    """Make the random initialisers deterministic (``uniform_random`` etc.)."""
+    """Paddle's ``paddle.seed``: reseed this thread's CPU generator (``std::seed_seq({n})``); returns it."""
     from .core import random as _random
-    _random.seed(n)
+    return _random.seed(n)
+
+
+from .core.random import get_rng_state, set_rng_state, get_cuda_rng_state, set_cuda_rng_state  # noqa: E402
 
 
 # ``import paddle`` makes ``paddle.distributed`` and ``paddle.distributed.fleet`` reachable; distributed sits

@@ -343,9 +343,9 @@ def test_params_file_reader_of_the_cli_checks_the_program(tmp_path, damage):
 BAD_STATE = {"lr-string": ("@LR_SCHEDULER@.last_lr", np.array("0.1"), InvalidArgument),
              "lr-size": ("@LR_SCHEDULER@.last_epoch", np.array([1, 2]), InvalidArgument),
              "lr-missing": ("@LR_SCHEDULER@.last_epoch", None, NotFound),
-             "random-float": ("@RANDOM_STATE@.n_children_spawned", np.array(1.5), InvalidArgument),
-             "random-negative": ("@RANDOM_STATE@.spawn_key", np.array([-1]), InvalidArgument),
-             "random-missing": ("@RANDOM_STATE@.entropy", None, NotFound)}
+             "random-float": ("@RANDOM_STATE@.position", np.array(1.5), InvalidArgument),
+             "random-negative": ("@RANDOM_STATE@.mt19937_64", np.array([-1]), InvalidArgument),
+             "random-missing": ("@RANDOM_STATE@.mt19937_64", None, NotFound)}
 
 
 @pytest.mark.parametrize("how", ["save", "persistables"])

@@ -18,6 +18,7 @@ from refimpl.core.errors import EOFException
 from refimpl.core.place import CPUPlace, CUDAPlace, Place
 from refimpl.core.scope import Scope, global_scope, scope_guard
 from refimpl.core.tensor import DenseTensor
+from refimpl.core.random import default_cpu_generator  # noqa: F401  (paddle.base.core.default_cpu_generator)
 from refimpl.executor.backend import get_backend
 from refimpl.executor.gc_plan import eager_deletion_vars
 from refimpl.framework import Program, namespace_getattr
@@ -100,6 +101,6 @@ def _get_eager_deletion_vars(program: Any, skip_vars: Iterable[str] = ()) -> Lis
 
 __all__ = ["CPUPlace", "CUDAPlace", "Place", "Scope", "global_scope", "scope_guard", "DenseTensor", "LoDTensor",
            "EOFException", "VarDesc", "op_proto_and_checker_maker", "is_compiled_with_cuda",
-           "_get_eager_deletion_vars"]
+           "_get_eager_deletion_vars", "default_cpu_generator"]
 
 __getattr__ = namespace_getattr(__name__)

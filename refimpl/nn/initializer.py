@@ -4,8 +4,8 @@ Mirrors ``paddle.nn.initializer`` in static mode: calling an initializer on
 ``(var, block)`` appends one op to ``block`` (the startup program) that
 writes ``var``: ``fill_constant`` for Constant, ``uniform_random`` /
 ``gaussian_random`` for Uniform, Normal and the Xavier variants (with
-Paddle's fan-in/fan-out rule and limits). Values differ from Paddle's
-random streams; ``refimpl.seed`` makes them deterministic.
+Paddle's fan-in/fan-out rule and limits). After ``paddle.seed(n)`` the values
+are Paddle's CPU numbers bit for bit (``refimpl/core/random.py``).
 """
 import math
 
