@@ -81,7 +81,7 @@ def is_channel_last(data_format: str) -> bool:
 
 
 def spatial(shape: Sequence[int], data_format: str) -> Tuple[int, ...]:
-    """(N, C, *spatial dims) of a shape in ``data_format``."""
+    """``(N, C, *spatial dims)`` of a shape in ``data_format``."""
     if is_channel_last(data_format):
         return (shape[0], shape[-1], *shape[1:-1])
     return tuple(shape)
@@ -130,7 +130,7 @@ def conv_geometry(op: str, sizes: Sequence[int], ks: Sequence[int], strides, pad
 
 
 def conv_shapes(op: str, x_shape, w_shape, attrs, nd: int = 2):
-    """Checked (N, C, *sizes), (pads, dilations, out sizes) and the output shape of a conv op."""
+    """Checked ``(N, C, *sizes)``, (pads, dilations, out sizes) and the output shape of a conv op."""
     check_choice(op, "data_format", attrs["data_format"], DATA_FORMATS if nd == 2 else DATA_FORMATS_3D)
     if len(x_shape) != nd + 2 or len(w_shape) != nd + 2:
         raise InvalidArgument(f"{op}: Input and Filter must be {nd + 2}-D, got {list(x_shape)} and {list(w_shape)}")
@@ -158,7 +158,7 @@ def _conv_infer(op, nd):
 
 # ---- im2col / col2im over N spatial dims ------------------------------------------------------------
 def _windows(xp: np.ndarray, ks, dilations, strides, outs) -> np.ndarray:
-    """A (N, C, *K, *O) strided view of the padded channel-first input (no copy)."""
+    """A ``(N, C, *K, *O)`` strided view of the padded channel-first input (no copy)."""
     sp = xp.strides[2:]
     shape = (*xp.shape[:2], *ks, *outs)
     st = (*xp.strides[:2], *(s * d for s, d in zip(sp, dilations)), *(s * t for s, t in zip(sp, strides)))
@@ -172,7 +172,7 @@ def _pad(x: np.ndarray, pads) -> np.ndarray:
 
 
 def im2col(x: np.ndarray, ks, pads, dilations, strides, outs, groups: int) -> np.ndarray:
-    """(G, C/G * prod(K), N * prod(O)): one copy of the windows, k = (c, *kernel offset) row-major."""
+    """(G, C/G * prod(K), N * prod(O)): one copy of the windows, k = ``(c, *kernel offset)`` row-major."""
     nd = len(ks)
     win = _windows(_pad(x, pads), ks, dilations, strides, outs)
     order = (1, *range(2, 2 + nd), 0, *range(2 + nd, 2 + 2 * nd))
@@ -181,7 +181,7 @@ def im2col(x: np.ndarray, ks, pads, dilations, strides, outs, groups: int) -> np
 
 
 def col2im(dcols: np.ndarray, x_shape, ks, pads, dilations, strides, outs) -> np.ndarray:
-    """The input gradient (N, C, *sizes) from dcols (C, *K, N, *O): one strided add per kernel offset,
+    """The input gradient ``(N, C, *sizes)`` from dcols ``(C, *K, N, *O)``: one strided add per kernel offset,
     the offsets in row-major order (Paddle's ``Col2ImFunctor`` order)."""
     n, c, *sizes = x_shape
     nd = len(sizes)
@@ -220,7 +220,7 @@ def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def conv_apply(x: np.ndarray, w: np.ndarray, groups: int, pads, dil, strides, outs) -> np.ndarray:
-    """Channel-first conv of x (N, C, *S) with w (Co, C/G, *K) into (N, Co, *outs)."""
+    """Channel-first conv of x ``(N, C, *S)`` with w ``(Co, C/G, *K)`` into ``(N, Co, *outs)``."""
     co = w.shape[0]
     cols = im2col(x, w.shape[2:], pads, dil, strides, outs, groups)
     out = gemm(w.reshape(groups, co // groups, -1), cols)               # (G, Co/G, N * prod(O))
@@ -228,7 +228,7 @@ def conv_apply(x: np.ndarray, w: np.ndarray, groups: int, pads, dil, strides, ou
 
 
 def conv_data_grad(d: np.ndarray, w: np.ndarray, groups: int, x_shape, pads, dil, strides) -> np.ndarray:
-    """Channel-first input gradient of a conv: d (N, Co, *O) with w (Co, C/G, *K) into x_shape."""
+    """Channel-first input gradient of a conv: d ``(N, Co, *O)`` with w ``(Co, C/G, *K)`` into x_shape."""
     co, ks, outs = w.shape[0], w.shape[2:], d.shape[2:]
     d = np.moveaxis(d, 1, 0).reshape(groups, co // groups, -1)
     dcols = gemm(w.reshape(groups, co // groups, -1).transpose(0, 2, 1), d)
@@ -237,7 +237,7 @@ def conv_data_grad(d: np.ndarray, w: np.ndarray, groups: int, x_shape, pads, dil
 
 
 def conv_filter_grad(x: np.ndarray, d: np.ndarray, w_shape, groups: int, pads, dil, strides) -> np.ndarray:
-    """Channel-first filter gradient of a conv of x (N, C, *S), d (N, Co, *O) the output gradient."""
+    """Channel-first filter gradient of a conv of x ``(N, C, *S)``, d ``(N, Co, *O)`` the output gradient."""
     co, outs = w_shape[0], d.shape[2:]
     cols = im2col(x, w_shape[2:], pads, dil, strides, outs, groups)
     d = np.moveaxis(d, 1, 0).reshape(groups, co // groups, -1)
