@@ -130,7 +130,7 @@ class _Encoder:
             for k, v in obj.items():
                 if not isinstance(k, _PLAIN):
                     raise InvalidArgument(f"paddle.save: cannot save a dict key of type {type(k).__name__}")
-                items.append([{"value": k}, self.encode(v, key=k if named else None)])
+                items.append([{"value": k}, self.encode(v, key=str(k) if named else None)])
             return {"dict": items}
         if isinstance(obj, (list, tuple)):
             return {"list" if isinstance(obj, list) else "tuple": [self.encode(v) for v in obj]}

@@ -44,7 +44,7 @@ def data(name: str, shape: Sequence[Optional[int]], dtype: Any = "float32", lod_
 
 def create_parameter(shape: Sequence[int], dtype: Any, name: Optional[str] = None,
                      attr: Optional[ParamAttr] = None, is_bias: bool = False,
-                     default_initializer: Any = None) -> Optional[Parameter]:
+                     default_initializer: Any = None) -> Optional[Variable]:
     helper = LayerHelper("create_parameter")
     from .layer_helper import ParamAttr
     attr = ParamAttr._to_attr(attr)

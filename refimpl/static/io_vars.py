@@ -144,7 +144,7 @@ def save_vars(executor: Any, dirname: Optional[str], main_program: Optional[Prog
 
 def _read_archives(api: str, sources: Dict[Any, List[Variable]]) -> Dict[str, np.ndarray]:
     """{name: array} for ``{path or bytes: variables}``, every entry checked against its variable first."""
-    readers = []
+    readers: List[Any] = []
     try:
         for src, variables in sources.items():
             if isinstance(src, bytes):
@@ -177,7 +177,7 @@ def load_vars(executor: Any, dirname: Optional[str], main_program: Optional[Prog
     else:
         dirname = os.path.normpath(dirname)
         if filename is not None:
-            sources = {os.path.join(dirname, filename): variables}
+            sources = {os.path.join(dirname, str(filename)): variables}
         else:
             sources = {os.path.join(dirname, v.name): [v] for v in variables}
     values = _read_archives("load_vars", sources)

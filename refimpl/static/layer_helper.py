@@ -87,7 +87,7 @@ class LayerHelper:
             dtype=dtype, shape=shape, persistable=False, stop_gradient=stop_gradient)
 
     def create_parameter(self, attr: Any, shape: Sequence[int], dtype: Any, is_bias: bool = False,
-                         default_initializer: Any = None) -> Optional[Parameter]:
+                         default_initializer: Any = None) -> Optional[Variable]:
         check_static_mode(self.layer_type)
         attr = ParamAttr._to_attr(attr)
         if attr is False:

@@ -89,7 +89,7 @@ def conv3d(input: Variable, num_filters: int, filter_size: Any, stride: Any = 1,
     return helper.append_activation(_append_bias(helper, pre_bias, bias_attr, dim, dim + 1), act)
 
 
-def _transpose_padding(api: str, padding: Any, channel_last: bool, nd: int):
+def _transpose_padding(api: str, padding: Any, channel_last: bool, nd: int) -> Any:
     """(paddings [lo0, hi0, ...], padding_algorithm) as Paddle's ``_update_padding`` of these layers."""
     from refimpl.nn.functional.conv import to_list
     if isinstance(padding, str):
@@ -112,7 +112,8 @@ def _transpose_padding(api: str, padding: Any, channel_last: bool, nd: int):
     return pads, "EXPLICIT"
 
 
-def _filter_from_output(api: str, input: Variable, output_size: List[int], stride, pads, dilation, channel_last):
+def _filter_from_output(api: str, input: Variable, output_size: List[int], stride: Any, pads: Any, dilation: Any,
+                        channel_last: bool) -> List[int]:
     """Paddle's filter size for a given output size: ``(out - (in - 1) * s + p_lo + p_hi - 1) // d + 1``."""
     sizes = input.shape[1:-1] if channel_last else input.shape[2:]
     ks = []
@@ -125,9 +126,10 @@ def _filter_from_output(api: str, input: Variable, output_size: List[int], strid
     return ks
 
 
-def _conv_transpose(api: str, op_type: str, nd: int, input, num_filters, output_size, filter_size, padding,
-                    stride, dilation, groups, param_attr, bias_attr, use_cudnn, act, name, data_format,
-                    formats) -> Variable:
+def _conv_transpose(api: str, op_type: str, nd: int, input: Any, num_filters: Any, output_size: Any,
+                    filter_size: Any, padding: Any, stride: Any, dilation: Any, groups: Any, param_attr: Any,
+                    bias_attr: Any, use_cudnn: Any, act: Any, name: Any, data_format: Any,
+                    formats: Any) -> Variable:
     from refimpl.nn.functional.conv import check_transpose, to_list, transpose_output_size
     channels = _check_common(api, input, nd + 2, data_format, formats, param_attr, use_cudnn)
     if not isinstance(num_filters, int) or num_filters <= 0:

@@ -25,7 +25,7 @@ __all__ = ["group_norm", "instance_norm", "prelu", "spectral_norm"]
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
-def _check_input(x: Any, api: str, dtypes=_FLOATS) -> None:
+def _check_input(x: Any, api: str, dtypes: Any = _FLOATS) -> None:
     from refimpl.framework.variable import Variable
     if not isinstance(x, Variable):
         raise InvalidArgument(f"{api}: input must be a static Variable, got {type(x).__name__}")
