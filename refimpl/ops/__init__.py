@@ -16,3 +16,4 @@ from . import pad_ops  # noqa: F401
 from . import conv_transpose_ops  # noqa: F401  (conv2d_transpose, conv3d, conv3d_transpose)
 from . import group_norm_ops, prelu_ops, spectral_norm_ops  # noqa: F401  (group_norm, instance_norm, prelu, spectral_norm)
 from . import py_func_ops  # noqa: F401  (py_func)
+from . import print_ops  # noqa: F401  (print: paddle.static.Print)

@@ -125,3 +125,20 @@ def test_benchmark_profile_charges_time_to_each_launched_kernel(capsys):
     mlp_step.profile_cuda_step(lambda: (ew.run_n(f_add, [x, x]), ew.run1(f_neg, x)))
     out = capsys.readouterr().out
     assert "f_add:<f4" in out and "f_neg:<f4" in out and "all launches" in out
+
+
+def test_print_op_prints_the_same_on_both_backends(capsys):
+    """``print`` is an executor op (no per-backend kernel): device values are read back and printed alike."""
+    texts = {}
+    for backend in ("numpy", "cuda"):
+        main, startup = Program(), Program()
+        with paddle.static.program_guard(main, startup), unique_name.guard():
+            x = paddle.static.data("x", [None, 3], "float32")
+            y = paddle.static.Print(x * 2.0, message="doubled", summarize=4)
+        exe = paddle.static.Executor(place(backend))
+        got, = exe.run(main, feed={"x": np.arange(6, dtype="float32").reshape(2, 3)}, fetch_list=[y])
+        np.testing.assert_array_equal(got, np.arange(6, dtype="float32").reshape(2, 3) * 2)
+        texts[backend] = capsys.readouterr().out
+    assert "  - place: Place(gpu:0)\n" in texts["cuda"]
+    assert texts["cuda"].replace("Place(gpu:0)", "Place(cpu)") == texts["numpy"]
+    assert "  - data: [0.000000 2.000000 4.000000 6.000000]\n" in texts["numpy"]
