@@ -126,9 +126,8 @@ class Variable:
 
     def cpu(self) -> Variable:
         """A ``memcpy`` to the CPU (``dst_place_type = 0``) into a ``tmp_k``."""
-        from . import unique_name
         block = self.block.program.current_block()
-        out = block.create_var(name=unique_name.generate_with_ignorable_key("tmp"), dtype=self.dtype,
+        out = block.create_var(name=block.program.fresh_name("tmp", block), dtype=self.dtype,
                                shape=self.shape, type=self.type, persistable=False, stop_gradient=True)
         block.append_op(type="memcpy", inputs={"X": [self]}, outputs={"Out": [out]},
                         attrs={"dst_place_type": 0})

@@ -25,7 +25,7 @@ import numpy as np
 
 from refimpl.core.dtypes import to_vartype
 from refimpl.core.errors import InvalidArgument
-from refimpl.framework import check_static_mode, unique_name
+from refimpl.framework import check_static_mode
 from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
 
@@ -87,8 +87,8 @@ def square(x, name=None):
 
 
 def _tmp_like(x):
-    return x.block.program.current_block().create_var(
-        name=unique_name.generate_with_ignorable_key("tmp"), dtype=x.dtype)
+    block = x.block.program.current_block()  # tmp_k counted per program, as Paddle 3.3.1's
+    return block.create_var(name=block.program.fresh_name("tmp", block), dtype=x.dtype)
 
 
 def binary(op_type, x, y, attrs=None):

@@ -48,7 +48,9 @@ def _block(x: Variable):
 
 
 def _new_tmp(x: Variable, dtype: Any) -> Variable:
-    return _block(x).create_var(name=unique_name.generate("tmp"), dtype=dtype)
+    """A ``tmp_k`` counted per program, as Paddle 3.3.1's math-op temporaries."""
+    block = _block(x)
+    return block.create_var(name=block.program.fresh_name("tmp", block), dtype=dtype)
 
 
 def astype(self: Variable, dtype: Any) -> Variable:
