@@ -232,10 +232,14 @@ class PreparedProgram:
                 if n in in_place or (gblock.vars.get(n) is not None and gblock.vars[n].persistable)}
 
     def _check_persistables(self):
-        """A persistable whose value does not fit its declared shape and dtype is named before anything runs."""
+        """A persistable whose value does not fit its declared shape and dtype is named before anything runs.
+
+        A persistable the program writes before it reads it (a startup program's initialiser) is not
+        checked: its old value is never used, as in Paddle, where a rerun startup replaces it."""
+        overwritten = _written_before_read(self.program.global_block().ops)
         for name, t in self.block.tensors.items():
             var = self.program.global_block().vars.get(name)
-            if var is None or not var.persistable or t._array is None:
+            if var is None or not var.persistable or t._array is None or name in overwritten:
                 continue
             kind = "parameter" if var.is_parameter else "persistable variable"
             got = t._array.shape
@@ -370,3 +374,15 @@ def host_results(values: Sequence, return_numpy: bool, place: Place) -> list:
     if return_numpy:
         return [to_host(v) for v in values]
     return [DenseTensor(to_host(v), place) for v in values]
+
+
+def _written_before_read(ops) -> set:
+    """Names whose first use in ``ops`` is as an output."""
+    seen, written = set(), set()
+    for op in ops:
+        seen.update(op.input_arg_names)
+        for n in op.output_arg_names:
+            if n not in seen:
+                written.add(n)
+            seen.add(n)
+    return written
