@@ -101,3 +101,19 @@ def test_an_error_inside_a_branch_is_located_once_at_the_op_that_failed(faulty_o
         exe.run(main, feed=feed, scope=paddle.static.Scope())
     notes = [n for n in info.value.__notes__ if n.startswith("refimpl: in ")]
     assert len(notes) == 1 and "block 1 op 0 (test_faulty)" in notes[0], notes
+
+
+def test_mul_checks_ranks_and_inner_sizes_as_paddles_mul_infermeta():
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x1 = paddle.static.data("x1", [4], "float32")
+        # Paddle 3.3.1: ValueError: (InvalidArgument) The input tensor X's dimensions of MulOp should be larger
+        # than x_num_col_dims. But received X's dimensions = 1, X's shape = [4], x_num_col_dims = 1.
+        with pytest.raises(ValueError, match=r"X's dimensions of MulOp should be larger than x_num_col_dims. "
+                                             r"But received X's dimensions = 1, X's shape = \[4\]"):
+            paddle.static.nn.fc(x1, 2)
+        x = paddle.static.data("x", [-1, 3], "float32")
+        w = paddle.static.create_parameter([4, 2], "float32")
+        with pytest.raises(ValueError, match="First matrix's width must be equal with second matrix's height"):
+            main.global_block().append_op(type="mul", inputs={"X": [x], "Y": [w]},
+                                          outputs={"Out": [main.global_block().create_var(dtype="float32")]})

@@ -22,8 +22,20 @@ _prod = functools.partial(functools.reduce, operator.mul)
 
 # ---- mul ---------------------------------------------------------------
 def _mul_infer(ins, attrs):
+    """Paddle's ``MulInferMeta``: both ranks above their num_col_dims, X's width equal to Y's height."""
     (xs, dt), (ys, _) = first(ins, "X"), first(ins, "Y")
-    return {"Out": (tuple(xs[:attrs["x_num_col_dims"]]) + tuple(ys[attrs["y_num_col_dims"]:]), dt)}
+    xk, yk = attrs["x_num_col_dims"], attrs["y_num_col_dims"]
+    for slot, shape, k in (("X", xs, xk), ("Y", ys, yk)):
+        if len(shape) <= k:
+            raise InvalidArgument(f"The input tensor {slot}'s dimensions of MulOp should be larger than "
+                                  f"{slot.lower()}_num_col_dims. But received {slot}'s dimensions = {len(shape)}, "
+                                  f"{slot}'s shape = {list(shape)}, {slot.lower()}_num_col_dims = {k}.")
+    width, height = xs[xk:], ys[:yk]
+    if -1 not in width and -1 not in height and _prod(width, 1) != _prod(height, 1):
+        raise InvalidArgument(f"First matrix's width must be equal with second matrix's height. But received "
+                              f"first matrix's width = {_prod(width, 1)}, first matrix's shape = {list(xs)}, "
+                              f"second matrix's height = {_prod(height, 1)}, second matrix's shape = {list(ys)}.")
+    return {"Out": (tuple(xs[:xk]) + tuple(ys[yk:]), dt)}
 
 
 SMALL_MATMUL = 1 << 16  # multiply-adds up to which a 2-D product adds over k in order
