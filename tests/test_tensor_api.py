@@ -114,7 +114,7 @@ def test_tensor_ops_pieces_equal_the_recorded_program():
 def test_gpt_mask_pieces_equal_the_recorded_program():
     def build():  # zoo.py _gpt with seq 5, dim 8, heads 2, mask "where"
         paddle.arange(5, dtype="int64")
-        unique_name.generate("tmp")                                    # tok(ids) + pos(...) made tmp_0
+        paddle.static.default_main_program().name_generator("tmp")    # tok(ids) + pos(...) made tmp_0
         q = _stand_in("transpose_0.tmp_0", [-1, 2, 5, 4], stop_gradient=False)
         k = _stand_in("transpose_1.tmp_0", [-1, 2, 5, 4], stop_gradient=False)
         s = paddle.scale(paddle.matmul(q, k, transpose_y=True), scale=0.5)

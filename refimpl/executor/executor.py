@@ -376,7 +376,7 @@ def host_results(values: Sequence, return_numpy: bool, place: Place) -> list:
     return [DenseTensor(to_host(v), place) for v in values]
 
 
-def _written_before_read(ops) -> set:
+def _written_before_read(ops: Sequence[Any]) -> set:
     """Names whose first use in ``ops`` is as an output."""
     seen, written = set(), set()
     for op in ops:
