@@ -65,3 +65,25 @@ def test_print_passes_its_input_on_and_bad_arguments_are_named():
             paddle.static.Print(v, print_phase="sideways")
         with pytest.raises(InvalidArgument, match="must be a static Variable"):
             paddle.static.Print(np.ones(2))
+
+
+def test_first_n_zero_prints_every_run_values_print_as_float32_and_out_is_a_copy(capsys):
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        w = paddle.static.create_parameter([2], "float32", name="pw")
+        pw = paddle.static.Print(w, first_n=0, print_tensor_lod=False)
+        i = paddle.static.data("i", [2], "int64")
+        paddle.static.Print(i, first_n=0)
+        loss = paddle.mean(w * w)
+        paddle.optimizer.SGD(0.5).minimize(loss)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    for _ in range(2):
+        before = np.array(paddle.static.global_scope().find_var("pw").get_tensor())
+        got_pw, got_w = exe.run(main, feed={"i": np.array([1000000007, -3])}, fetch_list=[pw, w])
+        np.testing.assert_array_equal(got_pw, before)      # Print's output is the value before sgd
+        assert not np.array_equal(got_pw, got_w)
+    out = capsys.readouterr().out
+    assert out.count("Variable: pw") == 2 and out.count("Variable: i") == 2   # first_n=0: every run
+    # Paddle 3.3.1 prints an int64 1000000007 through float: 1000000000.000000
+    assert "  - data: [1000000000.000000 -3.000000]\n" in out

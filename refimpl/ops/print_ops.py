@@ -2,7 +2,7 @@
 
 Mirrors ``paddle/fluid/operators/print_op.cc`` (and ``TensorFormatter`` in
 ``paddle/fluid/operators/tensor_formatter.cc``): ``Out`` is ``In``; each run
-prints, unless ``first_n`` runs have printed already, when the op's phase
+prints, unless ``first_n`` (> 0) runs have printed already, when the op's phase
 (``is_forward``) is one ``print_phase`` allows::
 
     Variable: fc_0.tmp_1
@@ -14,7 +14,8 @@ prints, unless ``first_n`` runs have printed already, when the op's phase
       - dtype: float32
       - data: [0.000000 1.000000 ...]
 
-(the first ``summarize`` values, -1 for all, each as ``%f``). Its grad op is
+(the first ``summarize`` values, -1 for all, each as ``%f`` of its float32 value).
+``Out`` is a copy of ``In``, as Paddle's ``TensorCopy``. Its grad op is
 a ``print`` of ``Out@GRAD`` into ``In@GRAD`` with ``is_forward=False``.
 
 Like ``feed`` and ``fetch`` it is an op of the executor, built by a
@@ -26,7 +27,7 @@ import sys
 
 import numpy as np
 
-from refimpl.core.device import to_host
+from refimpl.core.device import to_device, to_host
 from refimpl.core.errors import InvalidArgument
 
 from .common import first
@@ -53,7 +54,7 @@ def format_tensor(name: str, value: np.ndarray, attrs: dict, place: str) -> str:
     if attrs["print_tensor_type"]:
         lines.append(f"  - dtype: {value.dtype.name}")
     n = value.size if attrs["summarize"] == -1 else min(value.size, attrs["summarize"])
-    shown = value.reshape(-1)[:n].astype(np.float64)
+    shown = value.reshape(-1)[:n].astype(np.float32)  # Paddle formats every dtype through float
     lines.append(f"  - data: [{' '.join('%f' % v for v in shown)}]")
     return "\n".join(lines) + "\n"
 
@@ -81,12 +82,14 @@ def _prepare_print(ctx, op):
     def run():
         if src._array is None:
             raise InvalidArgument(f"print: input {name!r} holds no value")
-        if attrs["print_phase"] in (phase, "BOTH") and (attrs["first_n"] < 0 or runs[0] < attrs["first_n"]):
-            sys.stdout.write(format_tensor(name, np.asarray(to_host(src._array)), attrs, place))
+        host = np.asarray(to_host(src._array))
+        if attrs["print_phase"] in (phase, "BOTH") and (attrs["first_n"] <= 0 or runs[0] < attrs["first_n"]):
+            sys.stdout.write(format_tensor(name, host, attrs, place))
         runs[0] += 1
         old = out._array
-        out._array = src._array
-        mem.live += src._array.nbytes - (old.nbytes if old is not None else 0)
+        # a copy, as Paddle's TensorCopy: an in-place update of In later (sgd) must not change Out
+        out._array = host.copy() if ctx.backend == "numpy" else to_device(host, ctx.backend)
+        mem.live += out._array.nbytes - (old.nbytes if old is not None else 0)
     return run
 
 

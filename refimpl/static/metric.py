@@ -17,7 +17,6 @@ Paddle 3.3.1 the ``InsTagWeight`` slot is left empty whatever ``ins_tag_weight``
 from typing import Any, Optional
 
 from refimpl.core.errors import InvalidArgument
-from refimpl.framework import unique_name
 from refimpl.framework.variable import Variable
 from refimpl.nn.initializer import Constant
 from refimpl.static.layer_helper import LayerHelper
@@ -74,7 +73,8 @@ def auc(input: Variable, label: Variable, curve: str = "ROC", num_thresholds: in
     auc_out = helper.create_variable_for_type_inference("float64")
     batch_auc_out = helper.create_variable_for_type_inference("float64")
     batch_shape = [(1 + slide_steps) * (num_thresholds + 1) + 1]
-    stats = [helper.create_global_variable(name=unique_name.generate("_generated_var"),
+    program = helper.main_program  # _generated_var_N counted per program, as Block.create_var does
+    stats = [helper.create_global_variable(name=program.fresh_name("_generated_var", program.global_block()),
                                            persistable=True, dtype="int64", shape=shape)
              for shape in (batch_shape, batch_shape, [1, num_thresholds + 1], [1, num_thresholds + 1])]
     for var in stats:
