@@ -391,3 +391,18 @@ def test_paddle_save_and_load_errors(tmp_path):
     with pytest.raises(InvalidArgument, match="config \\(foo\\) of `paddle.load`"):
         paddle.load(str(tmp_path / "garbage"), foo=1)
     assert paddle.framework.save is paddle.save and paddle.framework.load is paddle.load
+
+
+def test_a_compiled_program_with_its_own_feed_fetch_ops_runs_as_paddles(net):
+    main, exe, scope = net["main"], net["exe"], net["scope"]
+    norm = paddle.static.normalize_program(main, [net["image"]], [net["predict"]])
+    compiled = paddle.static.CompiledProgram(norm)
+    assert compiled.program is norm
+    img = np.random.default_rng(2).standard_normal((2, 28, 28)).astype("float32")
+    with paddle.static.scope_guard(scope):
+        got, = exe.run(compiled, feed={"img": img})
+        want, = exe.run(norm, feed={"img": img})
+    logits = img.reshape(2, -1) @ net["values"]["fc_0.w_0"] + net["values"]["fc_0.b_0"]
+    softmax = np.exp(logits - logits.max(1, keepdims=True))
+    np.testing.assert_allclose(got, softmax / softmax.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got, want)

@@ -26,6 +26,7 @@ whose ``run`` binds the feeds and calls ``PreparedBlock.run``
 collector's ``release`` for the tensors that die after that op
 (``garbage_collector.py``, planned by ``gc_plan.py``).
 """
+import weakref
 from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
@@ -288,7 +289,7 @@ class Executor:
     def __init__(self, place: Optional[Place] = None) -> None:
         self.place = place if place is not None else default_place()
         self._cache = {}
-        self._bare = {}
+        self._bare: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._last = None
 
     def run(self, program: Any = None, feed: Optional[Dict[str, Any]] = None,
@@ -319,12 +320,12 @@ class Executor:
 
     def _own_feed_fetch(self, program, fetch_list):
         """A program with feed/fetch ops runs as its copy without them (cached per program version)."""
-        hit = self._bare.get(id(program))
-        if hit is None or hit[0] is not program or hit[1] != program._version:
-            hit = self._bare[id(program)] = (program, program._version, without_feed_fetch_ops(program))
-        if hit[2] is None:
+        hit = self._bare.get(program)  # weak keys: a program no longer used is not kept alive here
+        if hit is None or hit[0] != program._version:
+            hit = self._bare[program] = (program._version, without_feed_fetch_ops(program))
+        if hit[1] is None:
             return program, fetch_list
-        bare, targets = hit[2]
+        bare, targets = hit[1]
         return bare, (targets if fetch_list is None else fetch_list)
 
     def _prepared(self, program, scope, feed_names, fetch_names, use_cache):

@@ -62,7 +62,7 @@ from refimpl.distributed.communication.inprocess import run_threads
 from refimpl.distributed.passes.data_parallel import apply_data_parallel, hierarchical_rings
 from refimpl.executor.backend import to_host
 from refimpl.executor.executor import PreparedProgram
-from refimpl.executor.feed_fetch import check_feed, fetch_names
+from refimpl.executor.feed_fetch import check_feed, fetch_names, without_feed_fetch_ops
 from refimpl.executor.garbage_collector import gc_threshold_bytes
 from refimpl.executor.prepared import prepare_flags
 from refimpl.executor.trace import Trace
@@ -99,7 +99,9 @@ class CompiledProgram:
                                   f"but received {type(program_or_graph)}")
         if build_strategy is not None and not isinstance(build_strategy, BuildStrategy):
             raise InvalidArgument(f"build_strategy must be a BuildStrategy, got {type(build_strategy).__name__}")
-        self._program = program_or_graph
+        bare = without_feed_fetch_ops(program_or_graph)  # its own feed/fetch ops: run as Executor.run does
+        self._given = program_or_graph
+        self._program, self._fetch_targets = bare if bare is not None else (program_or_graph, None)
         self._build_strategy = build_strategy
         self._places_arg = list(places) if places is not None else None
         self._local_scopes_arg = list(local_scopes) if local_scopes is not None else None
@@ -112,7 +114,7 @@ class CompiledProgram:
     @property
     def program(self) -> Program:
         """The program this compiles (read-only)."""
-        return self._program
+        return self._given
 
     def with_data_parallel(self, loss_name: Optional[str] = None,
                            build_strategy: Optional[BuildStrategy] = None, exec_strategy: Any = None,
@@ -277,7 +279,7 @@ class CompiledProgram:
     def _run_with_executor(self, exe, feed, fetch_list, scope, return_numpy, trace, return_merged=True):
         self._compile(scope if scope is not None else global_scope(), exe.place)
         feeds = self._split_feed(feed)
-        names = fetch_names(self._program, fetch_list)
+        names = fetch_names(self._program, self._fetch_targets if fetch_list is None else fetch_list)
         preps = self._prepared(tuple(feeds[0]), tuple(names), exe.place.backend)
         self._set_lr(preps)
         traces = [Trace() for _ in preps] if trace is not None else [None] * len(preps)
