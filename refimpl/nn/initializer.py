@@ -5,7 +5,8 @@ Mirrors ``paddle.nn.initializer`` in static mode: calling an initializer on
 writes ``var``: ``fill_constant`` for Constant, ``uniform_random`` /
 ``gaussian_random`` for Uniform, Normal and the Xavier variants (with
 Paddle's fan-in/fan-out rule and limits). After ``paddle.seed(n)`` the values
-are Paddle's CPU numbers bit for bit (``refimpl/core/random.py``).
+are Paddle's CPU numbers bit for bit (``refimpl/core/random.py``); a zero ``seed`` takes the
+program's ``random_seed`` (``Program.global_seed``), as Paddle's initializers do.
 """
 import math
 
@@ -51,7 +52,8 @@ class Uniform(Initializer):
     def forward(self, var, block):
         op = block.append_op(type="uniform_random", inputs={}, outputs={"Out": var},
                              attrs={"shape": list(var.shape), "dtype": to_vartype(var.dtype),
-                                    "min": float(self._low), "max": float(self._high), "seed": self._seed})
+                                    "min": float(self._low), "max": float(self._high),
+                                    "seed": self._seed or block.program.random_seed})
         var.op = op
         return op
 
@@ -63,7 +65,8 @@ class Normal(Initializer):
     def forward(self, var, block):
         op = block.append_op(type="gaussian_random", outputs={"Out": var},
                              attrs={"shape": list(var.shape), "dtype": to_vartype(var.dtype),
-                                    "mean": float(self._mean), "std": float(self._std), "seed": self._seed})
+                                    "mean": float(self._mean), "std": float(self._std),
+                                    "seed": self._seed or block.program.random_seed})
         var.op = op
         return op
 
