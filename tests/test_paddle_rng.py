@@ -339,3 +339,15 @@ def test_rng_state_api_restores_the_draws():
     word.seed_seq([10])
     word.discard(3)
     assert g.random() == int(word.random_raw(1)[0])  # Generator.random: the engine's next word
+
+
+def test_refimpl_shuffles_leave_paddles_stream_alone_and_repeat_after_a_seed():
+    from refimpl.core import random as rr
+    rr.seed(3)
+    first = rr.default_cpu_generator().random()
+    rr.seed(3)
+    perm = rr.next_generator().permutation(10)
+    assert rr.default_cpu_generator().random() == first      # the shuffle drew nothing from the engine
+    rr.seed(3)
+    assert (rr.next_generator().permutation(10) == perm).all()
+    assert not (rr.next_generator().permutation(10) == perm).all()   # the next shuffle is another stream

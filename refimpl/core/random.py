@@ -118,6 +118,7 @@ def _state() -> Generator:
 
 def seed(n: int) -> Generator:
     """Reseed this thread's generator as ``paddle.seed(n)`` does; returns the generator."""
+    _local.shuffles = 0
     return _state().manual_seed(n)
 
 
@@ -317,11 +318,14 @@ def generator_for(op_seed: int) -> _Draws:
 
 
 def next_generator() -> np.random.Generator:
-    """A NumPy generator seeded from the next word of this thread's engine.
+    """A NumPy generator for refimpl's own shuffles (``InMemoryDataset.local_shuffle``).
 
-    For refimpl's own shuffles (``InMemoryDataset.local_shuffle``), whose numbers are not Paddle's.
+    Their numbers are not Paddle's, and drawing them leaves the engine alone (Paddle's shuffle does
+    not touch its CPU generator either): the k-th call after ``seed(n)`` gets the stream
+    ``(n, k)``; without a seed, fresh OS entropy.
     """
-    return np.random.default_rng(_state().random())
+    st, _local.shuffles = _state(), getattr(_local, "shuffles", 0) + 1
+    return np.random.default_rng([st.current & 0xFFFFFFFFFFFFFFFF, _local.shuffles] if st.explicit else None)
 
 
 def device_states(n: int) -> List[Generator]:
