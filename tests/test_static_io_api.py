@@ -365,6 +365,8 @@ def test_paddle_save_to_bytesio_reads_objects_in_order():
 
 
 def test_paddle_save_and_load_errors(tmp_path):
+    with pytest.raises(InvalidArgument, match="is a directory; give the path of a file"):
+        paddle.save({"a": np.ones(2)}, str(tmp_path))
     with pytest.raises(InvalidArgument, match="paddle.save: cannot save an object of type builtins.set"):
         paddle.save({"s": {1, 2}}, str(tmp_path / "x"))
     with pytest.raises(InvalidArgument, match="paddle.save: cannot save an object of type"):

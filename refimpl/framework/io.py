@@ -243,6 +243,8 @@ def save(obj: Any, path: Any, protocol: int = 4, **configs: Any) -> None:
         if os.path.basename(path) == "":
             raise InvalidArgument("paddle.save: The input path MUST be format of dirname/filename "
                                   "[dirname\\filename in Windows system], but received filename is empty string.")
+        if os.path.isdir(path):
+            raise InvalidArgument(f"paddle.save: {path!r} is a directory; give the path of a file to write")
     elif not isinstance(path, _pyio.BytesIO):
         raise InvalidArgument(f"paddle.save: only supports saving objects to file and `BytesIO`, but got "
                               f"{type(path)}")
