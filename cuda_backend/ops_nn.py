@@ -15,6 +15,7 @@ host read).
 import numpy as np
 
 from refimpl.core.random import dropout_keep
+from refimpl.ops.nn_ops import dropout_seed
 from refimpl.ops.registry import register_kernel
 
 from . import ew
@@ -152,13 +153,13 @@ def _keep_scale(p, dtype):
     return dtype.type(1) - dtype.type(p)
 
 
-def dropout(X, Seed, *, dropout_prob, is_test, dropout_implementation):
+def dropout(X, Seed, *, dropout_prob, is_test, dropout_implementation, fix_seed, seed):
     upscale = dropout_implementation == "upscale_in_train"
     X = dev(X)
     if is_test:
         out = ew.run1(f_times, X, 1 if upscale else _keep_scale(dropout_prob, X.dtype))
         return out, empty((0,), np.uint8)
-    seed = int(scalar_of(Seed)) if Seed is not None else 0
+    seed = dropout_seed(None if Seed is None else scalar_of(Seed), fix_seed, seed)
     if np.float32(dropout_prob) == 1:  # as Paddle's kernel: all dropped, nothing drawn
         return full(X.shape, 0, X.dtype), to_device(np.zeros(tuple(X.shape), np.uint8))
     keep = dropout_keep(tuple(X.shape), dropout_prob, seed)  # the CPU kernel's draws, on the host

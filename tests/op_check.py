@@ -13,7 +13,7 @@ def run(op_type, *inputs, need=None, **attrs):
     """Call the registered NumPy kernel: positional inputs in slot order, attrs by keyword."""
     od = get_op_def(op_type)
     fn, attr_names, wants_need = od.kernel("numpy")
-    kw = {a: attrs.get(a, od.attrs[a]) for a in attr_names}
+    kw = {a: attrs[a] if a in attrs else od.default(a) for a in attr_names}
     if wants_need:
         kw["need"] = need or (True,) * len(od.outputs)
     return fn(*inputs, **kw)
@@ -40,7 +40,7 @@ def run_desc(d, env):
             vals = [TensorMeta(v.shape, v.dtype) for v in vals]
         args.append(vals if s.duplicable else (vals[0] if vals else None))
     fn, attr_names, wants_need = god.kernel("numpy")
-    kw = {a: d["attrs"].get(a, god.attrs[a]) for a in attr_names}
+    kw = {a: d["attrs"][a] if a in d["attrs"] else god.default(a) for a in attr_names}
     if wants_need:
         kw["need"] = tuple(bool(d["outputs"].get(s.name)) for s in god.outputs)
     for s, r in zip(god.outputs, _as_tuple(god, fn(*args, **kw))):

@@ -224,3 +224,21 @@ def test_unnamed_vars_count_per_program_as_paddles():
         block = paddle.static.Program().global_block()
         names.append([block.create_var(dtype="float32").name for _ in range(2)])
     assert names == [["_generated_var_0", "_generated_var_1"]] * 2
+
+
+def test_dropout_seed_and_fix_seed_are_extra_attrs_set_by_a_seeded_program():
+    for seed in (0, 7):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        main.random_seed = seed
+        with paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [4, 6], "float32")
+            paddle.nn.functional.dropout(x, 0.5)
+        op = main.global_block().ops[-1]
+        # Paddle 3.3.1: attr_names never list them; a seeded program sets fix_seed=True, seed=7
+        assert op.has_attr("fix_seed") == bool(seed)
+        if seed:
+            assert (op.attr("fix_seed"), op.attr("seed")) == (True, 7)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    masks = [exe.run(main, feed={"x": np.ones((4, 6), "float32")}, fetch_list=[main.global_block().ops[-1].output("Mask")[0]])[0]
+             for _ in range(2)]
+    np.testing.assert_array_equal(masks[0], masks[1])      # a fixed seed: the same mask every run

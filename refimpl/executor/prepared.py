@@ -193,7 +193,7 @@ class PreparedBlock:
             return op_runner.guarded(opdef.prepare(self, op), fail)
         fn, attr_names, wants_need = opdef.kernel(self.backend)
         attrs = op.all_attrs()
-        kw = {a: attrs[a] if a in attrs else opdef.attrs[a] for a in attr_names}
+        kw = {a: attrs[a] if a in attrs else opdef.default(a) for a in attr_names}
         nnb = no_need_buffer_inputs(op)
         ins: List[Any] = []
         plain = True

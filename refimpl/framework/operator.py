@@ -238,7 +238,7 @@ class OpDesc:
 
 def _typed(opdef, name, value):
     """Store a FLOAT attr as Paddle does: rounded to float32 (0.1 -> 0.10000000149011612)."""
-    default = opdef.attrs.get(name)
+    default = opdef.attrs.get(name, opdef.extra_attrs.get(name))
     if isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(np.float32(value))
     return value

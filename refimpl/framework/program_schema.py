@@ -139,7 +139,7 @@ def attr_kinds(opdef: OpDef) -> Dict[str, str]:
     kinds = _KINDS.get(opdef.type)
     if kinds is None:
         kinds = dict(COMMON_ATTRS)
-        kinds.update({n: _declared_kind(opdef, n, d) for n, d in opdef.attrs.items()})
+        kinds.update({n: _declared_kind(opdef, n, d) for n, d in {**opdef.extra_attrs, **opdef.attrs}.items()})
         _KINDS[opdef.type] = kinds
     return kinds
 

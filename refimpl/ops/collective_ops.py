@@ -71,7 +71,7 @@ def _prepare_comm(ctx, op):
     opdef = get_op_def(op.type)
     fn, attr_names, _ = opdef.kernel(ctx.backend)
     attrs = op.all_attrs()
-    kw = {a: attrs[a] if a in attrs else opdef.attrs[a] for a in attr_names}
+    kw = {a: attrs[a] if a in attrs else opdef.default(a) for a in attr_names}
     x_name = (op.inputs.get(opdef.inputs[0].name) or [None])[0] if opdef.inputs else None
     out_name = (op.outputs.get(opdef.outputs[0].name) or [None])[0] if opdef.outputs else None
     src = ctx.tensor(x_name) if x_name else None

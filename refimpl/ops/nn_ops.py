@@ -158,19 +158,28 @@ def _keep_scale(p, dtype):
     return dtype.type(1) - dtype.type(p)
 
 
+def dropout_seed(Seed, fix_seed: bool, seed: int) -> int:
+    """The seed Paddle's dropout kernel uses: the Seed input, else ``seed`` if ``fix_seed``, else 0
+    (0: draw from the global generator)."""
+    if Seed is not None:
+        return int(np.asarray(Seed).reshape(-1)[0])
+    return int(seed) if fix_seed else 0
+
+
 def _dropout_infer(ins, attrs):
     shape, dt = first(ins, "X")
     return {"Out": (tuple(shape), dt), "Mask": (tuple(shape), "uint8")}
 
 
 @register_op("dropout", ["X", "Seed?"], ["Out", "Mask"], _DROPOUT_ATTRS, infer_shape=_dropout_infer,
-             grad=simple_grad("dropout_grad", ["Mask", "Out@GRAD"], ["X@GRAD"]))
-def dropout(X, Seed, *, dropout_prob, is_test, dropout_implementation):
+             grad=simple_grad("dropout_grad", ["Mask", "Out@GRAD"], ["X@GRAD"]),
+             extra_attrs={"fix_seed": False, "seed": 0})
+def dropout(X, Seed, *, dropout_prob, is_test, dropout_implementation, fix_seed, seed):
     upscale = dropout_implementation == "upscale_in_train"
     if is_test:
         # no mask is drawn in test mode; an empty one keeps the var "written" as in Paddle
         return (X.copy() if upscale else X * _keep_scale(dropout_prob, X.dtype)), np.empty((0,), np.uint8)
-    seed = int(np.asarray(Seed).reshape(-1)[0]) if Seed is not None else 0
+    seed = dropout_seed(Seed, fix_seed, seed)
     if np.float32(dropout_prob) == 1:  # as Paddle's kernel: all dropped, nothing drawn
         return np.zeros_like(X), np.zeros(X.shape, np.uint8)
     keep = dropout_keep(X.shape, dropout_prob, seed)

@@ -48,11 +48,15 @@ class OpDef:
     """Everything refimpl knows about one op type."""
 
     def __init__(self, type, inputs, outputs, attrs, infer_shape=None, grad=None,
-                 no_need_buffer=(), inplace=None, prepare=None, check=None, writes_inputs=False):
+                 no_need_buffer=(), inplace=None, prepare=None, check=None, writes_inputs=False,
+                 extra_attrs=None):
         self.type = type
         self.inputs = _parse_slots(inputs)
         self.outputs = _parse_slots(outputs)
         self.attrs = dict(attrs)              # proto attrs with their defaults
+        # Paddle's "extra" attrs: known to the kernel with a default, but an op built from Python has
+        # them only when they are given (they are not in its attr_names), e.g. dropout's seed/fix_seed
+        self.extra_attrs = dict(extra_attrs or {})
         self.infer_shape = infer_shape        # f(op, block) -> sets output var shapes
         self.grad = grad                      # grad maker, see ops/grad_maker.py
         self.no_need_buffer = tuple(no_need_buffer)
@@ -63,6 +67,10 @@ class OpDef:
         # collectives on a coalesced buffer): the executor cannot undo such a write after a failure
         self.writes_inputs = bool(writes_inputs)
         self.kernels = {}                     # backend -> (fn, attr names it reads, wants need)
+
+    def default(self, name):
+        """The default of attr ``name``, proto or extra."""
+        return self.attrs[name] if name in self.attrs else self.extra_attrs[name]
 
     def input_slot_names(self):
         return [s.name for s in self.inputs]
@@ -102,7 +110,7 @@ def register_kernel(type, backend, fn):
     attr_names = tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name != "need")
     wants_need = any(p.name == "need" for p in params)
     for a in attr_names:
-        if a not in opdef.attrs:
+        if a not in opdef.attrs and a not in opdef.extra_attrs:
             raise InvalidArgument(f"kernel for {type!r} reads attr {a!r}, which the op does not declare")
     opdef.kernels[backend] = (fn, attr_names, wants_need)
 

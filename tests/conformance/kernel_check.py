@@ -137,7 +137,7 @@ def _prepare(value, meta, device):
 
 def _call(od, backend, args, attrs, need):
     fn, attr_names, wants_need = od.kernel(backend)
-    kw = {a: attrs.get(a, od.attrs[a]) for a in attr_names}
+    kw = {a: attrs[a] if a in attrs else od.default(a) for a in attr_names}
     if wants_need:
         kw["need"] = tuple(need) if need is not None else (True,) * len(od.outputs)
     rrandom.seed(SEED)  # the random ops and dropout draw the same numbers on both backends

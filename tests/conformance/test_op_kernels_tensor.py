@@ -122,7 +122,7 @@ def test_bad_input_is_the_same_typed_error(backend, op_type, inputs, attrs, matc
         if isinstance(v, list):
             return [prep(x) for x in v]
         return v if v is None or backend == "numpy" else cuda_backend.to_device(v)
-    kw = {a: attrs.get(a, od.attrs[a]) for a in names}
+    kw = {a: attrs[a] if a in attrs else od.default(a) for a in names}
     if wants_need:
         kw["need"] = (True,) * len(od.outputs)
     with pytest.raises(InvalidArgument, match=match):

@@ -37,9 +37,11 @@ def dropout(x, p=0.5, axis=None, training=True, mode="upscale_in_train", name=No
     helper = LayerHelper("dropout", name=name)
     out = helper.create_variable_for_type_inference(x.dtype)
     mask = helper.create_variable_for_type_inference("uint8", stop_gradient=True)
-    helper.append_op(type="dropout", inputs={"X": [x]}, outputs={"Out": [out], "Mask": [mask]},
-                     attrs={"dropout_prob": float(p), "is_test": not training,
-                            "dropout_implementation": impl})
+    attrs = {"dropout_prob": float(p), "is_test": not training, "dropout_implementation": impl}
+    seed = helper.main_program.random_seed
+    if seed:  # as Paddle: a program's random_seed fixes the op's seed (extra attrs fix_seed / seed)
+        attrs.update(fix_seed=True, seed=int(seed))
+    helper.append_op(type="dropout", inputs={"X": [x]}, outputs={"Out": [out], "Mask": [mask]}, attrs=attrs)
     return out
 
 
