@@ -16,7 +16,7 @@ from refimpl.ops.common import align_y
 from refimpl.ops.registry import register_kernel
 
 from . import ew
-from .device import dev, scalar_of, to_device
+from .device import cuda, dev, empty, flat, scalar_of, to_device
 
 
 # ---- functors ---------------------------------------------------------------------
@@ -339,8 +339,36 @@ def reduce_sum(X, *, dim, keep_dim, reduce_all):
     return ew.sum_axes(X, axes, keep_shape=_reduced_shape(tuple(X.shape), axes, keep_dim))
 
 
+@cuda.jit
+def _mean_all_f32(x, n, out):
+    """The NumPy kernel's float32 mean of all values (Eigen's order): 8 lanes in order, folded in halves."""
+    lanes = cuda.shared.array(8, np.float32)
+    j = cuda.threadIdx.x
+    vec = (n // 8) * 8
+    if j < vec:
+        acc = x[j]
+        for i in range(j + 8, vec, 8):
+            acc += x[i]
+        lanes[j] = acc
+    else:
+        lanes[j] = np.float32(0)
+    cuda.syncthreads()
+    if j == 0:
+        tail = np.float32(0)
+        for i in range(vec, n):
+            tail += x[i]
+        a, b = lanes[0] + lanes[4], lanes[1] + lanes[5]
+        c, d = lanes[2] + lanes[6], lanes[3] + lanes[7]
+        out[0] = (tail + ((a + c) + (b + d))) / np.float32(n)
+
+
 def reduce_mean(X, *, dim, keep_dim, reduce_all):
     axes = _axes(len(X.shape), dim, reduce_all)
+    X = dev(X)
+    if X.dtype == np.float32 and len(axes) == len(X.shape) and X.size > 0:
+        out = empty((1,), np.float32)
+        _mean_all_f32[1, 8](flat(X), X.size, out)
+        return out.reshape(_reduced_shape(tuple(X.shape), axes, keep_dim))
     total = reduce_sum(X, dim=dim, keep_dim=keep_dim, reduce_all=reduce_all)
     n = 1
     for a in axes:

@@ -481,15 +481,32 @@ def test_small_products_add_over_k_in_order_for_every_layout(m, k, n, batch, dty
     assert math_ops._reduce_in_order(a, b).tobytes() == want
 
 
+def _eigen_order_mean_loop(x):
+    """A float32 mean of all values as Eigen's full reduction: element i into lane i % 8 while whole
+    packets of 8 last, lanes folded in halves, the tail summed in order and added first."""
+    flat, f = x.reshape(-1), np.float32
+    vec = len(flat) // 8 * 8
+    lanes = [f(0)] * 8
+    for i in range(vec):
+        lanes[i % 8] = flat[i] if i < 8 else f(lanes[i % 8] + flat[i])
+    tail = f(0)
+    for v in flat[vec:]:
+        tail = f(tail + v)
+    a, b, c, d = (f(lanes[k] + lanes[k + 4]) for k in range(4))
+    return f(f(tail + f(f(a + c) + f(b + d))) / f(len(flat)))
+
+
 @settings(max_examples=80, deadline=None)
 @given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=3), dtype=st.sampled_from(["float32", "float64"]),
        scale=st.integers(-3, 3), seed=st.integers(0, 2 ** 16), keep=st.booleans(), which=st.integers(0, 3))
-def test_reduce_mean_gives_numpys_mean_bit_for_bit(shape, dtype, scale, seed, keep, which):
+def test_reduce_mean_gives_numpys_or_eigens_mean_bit_for_bit(shape, dtype, scale, seed, keep, which):
     x = (np.random.default_rng(seed).standard_normal(shape) * 10.0 ** scale).astype(dtype)
     dim, axis = [([], None), ([0], (0,)), ([len(shape) - 1], (len(shape) - 1,)),
                  (list(range(len(shape))), None)][which]
     got = _kernel("reduce_mean")(x, dim=dim, keep_dim=keep, reduce_all=False)
     want = np.asarray(np.mean(x, axis=axis, keepdims=keep))
+    if dtype == "float32" and (axis is None or len(axis) == len(shape)):  # Paddle's (Eigen's) order
+        want = np.full(want.shape, _eigen_order_mean_loop(x), np.float32)
     if not keep and axis is None:
         want = want.reshape(())
     assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+import refimpl as paddle
 import refimpl.ops  # noqa: F401  (registers the ops)
 from refimpl.core.errors import InvalidArgument
 from refimpl.ops import get_op_def
@@ -227,3 +228,22 @@ def test_bad_attrs_at_build_time():
             out = block.create_var(name=f"out_{op_type}", dtype="float32")
             with pytest.raises(InvalidArgument, match=op_type):
                 block.append_op(type=op_type, inputs={"X": [x]}, outputs={"Out": [out]}, attrs=attrs)
+
+
+# Paddle 3.3.1 (CPU wheel) printed these float32 means of x = (sin(0.37 k) * 3 + 0.1), k < n; NumPy's
+# pairwise mean differs in the last bits for every one of them.
+PADDLE_MEANS = {17: "0x1.972e960000000p-4", 1000: "0x1.a57bfc0000000p-4", 4099: "0x1.a663300000000p-4",
+                100003: "0x1.99af600000000p-4"}
+
+
+@pytest.mark.parametrize("n", sorted(PADDLE_MEANS))
+def test_mean_of_all_values_is_paddles_bit_for_bit(n):
+    from refimpl.ops.math_ops import eigen_sum_f32
+    x = (np.sin(np.arange(n) * 0.37) * 3 + 0.1).astype("float32")
+    main = paddle.static.Program()
+    with paddle.static.program_guard(main, paddle.static.Program()):
+        v = paddle.static.data("x", [n], "float32")
+        m = paddle.mean(v)
+    got, = paddle.static.Executor(paddle.CPUPlace()).run(main, feed={"x": x}, fetch_list=[m])
+    assert float(got) == float.fromhex(PADDLE_MEANS[n])
+    assert float(np.float32(eigen_sum_f32(x) / np.float32(n))) == float(got)

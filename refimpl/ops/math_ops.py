@@ -324,12 +324,32 @@ def _sum_grad_kernel(X, dOut, *, dim, keep_dim, reduce_all):
     return np.broadcast_to(g, X.shape).copy()
 
 
+def eigen_sum_f32(x: np.ndarray) -> np.float32:
+    """The float32 sum of all of ``x`` in the order of Eigen's full reduction on Paddle's CPU wheel
+    (``reduce_mean`` over all dims): one 8-lane accumulator over the packets in order, lanes folded
+    in halves (``predux``), the < 8 trailing values added in order first. Measured bit for bit
+    against Paddle 3.3.1 for 5 ... 100003 values."""
+    flat = x.reshape(-1)
+    vec = flat.size // 8 * 8
+    lanes = np.add.reduce(flat[:vec].reshape(-1, 8), axis=0) if vec else np.zeros(8, np.float32)
+    tail = np.float32(0)
+    for v in flat[vec:]:
+        tail = np.float32(tail + v)
+    half = lanes[:4] + lanes[4:]
+    quarter = half[:2] + half[2:]
+    return np.float32(tail + (quarter[0] + quarter[1]))
+
+
 def _mean(X, axis, keepdims):
     """``np.mean`` without its Python layers for float32/64: the same sum (``np.add.reduce``), then one
     division by the count (NumPy divides in float64 and rounds back, which for a quotient gives the
-    same float32 as dividing in float32)."""
+    same float32 as dividing in float32). A float32 mean of every value sums in Eigen's order, as
+    Paddle's CPU kernel (:func:`eigen_sum_f32`)."""
     if X.dtype not in _EINSUM_DTYPES or X.size == 0:
         return np.mean(X, axis=axis, keepdims=keepdims)
+    if X.dtype == np.float32 and (axis is None or len(axis) == X.ndim):
+        m = np.float32(eigen_sum_f32(X) / np.float32(X.size))
+        return np.full((1,) * X.ndim if keepdims else (), m, np.float32)
     n = X.size if axis is None else _prod((X.shape[a] for a in axis), 1)
     return np.add.reduce(X, axis=axis, keepdims=keepdims) / n
 

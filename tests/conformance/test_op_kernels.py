@@ -120,7 +120,10 @@ REDUCE = [
         (op, [f32(7)], {"dim": [0]}),
         (op, [f32(2, 300)], {"dim": [1]}),
     ]
+] + [  # float32 means of every value: Eigen's 8-lane order on both backends (tails of 0, 5 and 7)
+    ("reduce_mean", [f32(n)], {"reduce_all": True}) for n in (5, 16, 21, 103)
 ] + [
+    ("reduce_mean", [f32(3, 5, 7)], {"dim": [0, 1, 2], "keep_dim": True}),
     ("reduce_sum", [I4], {"dim": [2]}),
     ("reduce_sum", [f32(0, 3)], {"dim": [0]}),
     ("reduce_sum", [f32(3, 0)], {"dim": [0]}),
