@@ -16,7 +16,7 @@ from refimpl.ops.common import align_y
 from refimpl.ops.registry import register_kernel
 
 from . import ew
-from .device import cuda, dev, empty, flat, scalar_of, to_device
+from .device import cuda, dev, empty, flat, launch_config, scalar_of, to_device
 
 
 # ---- functors ---------------------------------------------------------------------
@@ -367,7 +367,7 @@ def reduce_mean(X, *, dim, keep_dim, reduce_all):
     X = dev(X)
     if X.dtype == np.float32 and len(axes) == len(X.shape) and X.size > 0:
         out = empty((1,), np.float32)
-        _mean_all_f32[1, 8](flat(X), X.size, out)
+        launch_config(_mean_all_f32, 1, 8, flat(X), X.size, out)
         return out.reshape(_reduced_shape(tuple(X.shape), axes, keep_dim))
     total = reduce_sum(X, dim=dim, keep_dim=keep_dim, reduce_all=reduce_all)
     n = 1
