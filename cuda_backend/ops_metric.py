@@ -8,7 +8,8 @@ NumPy kernel's, on the host.
 
 auc mirrors Paddle's GPU ``AucKernel`` (``paddle/phi/kernels/gpu/auc_kernel.cu``, atomic adds into
 the histograms there): one pass finds each row's bucket (and flags a probability outside
-[0, 1]), then one thread per bucket counts its rows and updates the step and summed histograms,
+[0, 1]), one pass adds each row into its bucket's counts (atomic adds), then one thread per
+bucket updates the step and summed histograms,
 and one thread walks the summed histogram from the top bucket down for the ROC area, in
 float64 in the NumPy kernel's order. Counts are integers, so the result does not depend on the
 order of the adds.
@@ -68,19 +69,23 @@ def _auc_bins(pred, ncols, nthr, bins, bad):
 
 
 @cuda.jit
-def _auc_hist(bins, label, pos, neg, width, slide, fake):
-    """Each bucket: count its rows, then update the step's and the summed histograms."""
+def _auc_count(bins, label, counts_pos, counts_neg):
+    """Each row adds one to its bucket's positive or negative count (atomically: rows share buckets)."""
+    for r in range(cuda.grid(1), bins.size, cuda.gridsize(1)):
+        if label[r] > 0:
+            cuda.atomic.add(counts_pos, bins[r], 1)
+        elif label[r] == 0:
+            cuda.atomic.add(counts_neg, bins[r], 1)
+
+
+@cuda.jit
+def _auc_hist(counts_pos, counts_neg, pos, neg, width, slide, fake):
+    """Each bucket: update the step's and the summed histograms with its counts."""
     total = slide * width
     cur = (pos[(slide + 1) * width] % slide) * width if slide > 0 else 0
     for b in range(cuda.grid(1), width, cuda.gridsize(1)):
-        cp = 0
-        cn = 0
-        for r in range(bins.size):
-            if bins[r] == b:
-                if label[r] > 0:
-                    cp += 1
-                elif label[r] == 0:
-                    cn += 1
+        cp = counts_pos[b]
+        cn = counts_neg[b]
         if slide == 0:
             pos[b] += cp
             neg[b] += cn
@@ -132,7 +137,9 @@ def auc(Predict, Label, StatPos, StatNeg, InsTagWeight, *, num_thresholds, slide
     if to_host(bad)[0]:
         raise PreconditionNotMet("auc: the predict data must be within [0, 1]")
     width = num_thresholds + 1
-    launch(_auc_hist, width, bins, flat(label)[:rows], flat(pos), flat(neg), width, slide_steps, bool(fake))
+    counts_pos, counts_neg = to_device(np.zeros(width, np.int64)), to_device(np.zeros(width, np.int64))
+    launch(_auc_count, rows, bins, flat(label)[:rows], counts_pos, counts_neg)
+    launch(_auc_hist, width, counts_pos, counts_neg, flat(pos), flat(neg), width, slide_steps, bool(fake))
     launch_config(_auc_area, 1, 1, flat(pos), flat(neg), width, slide_steps, flat(out))
     return out, pos, neg
 
