@@ -12,7 +12,7 @@ named as Paddle's (``tanh_0``, ``max_0``, ``reduce_prod_0``,
 (3.3.1 runs ``divide`` that way too, and has no legacy-IR ``multiply`` /
 ``maximum`` / ``minimum``), which names the output after the helper itself
 (``elementwise_div_0``). :func:`binary`, :func:`constant_like` and
-:func:`_tmp_like` are what the Python operators of ``patch.py`` use
+:func:`new_tmp` are what the Python operators of ``patch.py`` use
 (``tmp_k`` names, as ``math_op_patch``). :func:`check_variable` and
 :func:`unary_op` are the helpers the other ``refimpl.tensor`` and
 ``refimpl.nn.functional`` modules build on; like ``binary`` they are not in
@@ -86,16 +86,18 @@ def square(x, name=None):
     return unary_op("square", x, name)
 
 
-def _tmp_like(x):
-    block = x.block.program.current_block()  # tmp_k counted per program, as Paddle 3.3.1's
-    return block.create_var(name=block.program.fresh_name("tmp", block), dtype=x.dtype)
+def new_tmp(x: Variable, dtype: Any = None) -> Variable:
+    """A ``tmp_k`` of ``dtype`` (default x's) in x's program's current block, counted per program as
+    Paddle 3.3.1's math-op temporaries."""
+    block = x.block.program.current_block()
+    return block.create_var(name=block.program.fresh_name("tmp", block), dtype=x.dtype if dtype is None else dtype)
 
 
 def binary(op_type, x, y, attrs=None):
     """An elementwise / matmul op between two Variables, out named ``tmp_k`` (math_op_patch)."""
     check_variable(x, op_type)
     check_variable(y, op_type)
-    out = _tmp_like(x)
+    out = new_tmp(x)
     x.block.program.current_block().append_op(type=op_type, inputs={"X": [x], "Y": [y]},
                                               outputs={"Out": out}, attrs=attrs or {"axis": -1})
     return out
@@ -302,7 +304,7 @@ def prod(x, axis=None, keepdim=False, dtype=None, name=None):
 
 def constant_like(x, value, shape):
     """A ``fill_constant`` var (named ``tmp_k``) holding ``value``, as math_op_patch makes for scalars."""
-    out = _tmp_like(x)
+    out = new_tmp(x)
     out.shape = tuple(shape)
     x.block.program.current_block().append_op(
         type="fill_constant", outputs={"Out": [out]},

@@ -34,7 +34,7 @@ from refimpl.core.errors import InvalidArgument, OutOfRange, Unimplemented
 from refimpl.framework import check_static_mode, unique_name
 from refimpl.framework.variable import Variable
 
-from .math import constant_like
+from .math import constant_like, new_tmp
 
 _INT_DTYPES = {"bool", "uint8", "int8", "int16", "int32", "int64"}
 _FLOAT_WIDTH = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
@@ -47,16 +47,10 @@ def _block(x: Variable):
     return x.block.program.current_block()
 
 
-def _new_tmp(x: Variable, dtype: Any) -> Variable:
-    """A ``tmp_k`` counted per program, as Paddle 3.3.1's math-op temporaries."""
-    block = _block(x)
-    return block.create_var(name=block.program.fresh_name("tmp", block), dtype=dtype)
-
-
 def astype(self: Variable, dtype: Any) -> Variable:
     """A ``cast`` to ``tmp_k`` (2.6.2 casts even to the same dtype); stop_gradient follows x."""
     check_static_mode("Variable.astype")
-    out = _new_tmp(self, convert_dtype(dtype))
+    out = new_tmp(self, convert_dtype(dtype))
     _block(self).append_op(type="cast", inputs={"X": [self]}, outputs={"Out": [out]},
                            attrs={"in_dtype": to_vartype(self.dtype), "out_dtype": to_vartype(out.dtype)})
     out.stop_gradient = self.stop_gradient
@@ -64,7 +58,7 @@ def astype(self: Variable, dtype: Any) -> Variable:
 
 
 def _scalar_op(x: Variable, scale: float, bias: float) -> Variable:
-    out = _new_tmp(x, x.dtype)
+    out = new_tmp(x, x.dtype)
     _block(x).append_op(type="scale", inputs={"X": [x]}, outputs={"Out": [out]},
                         attrs={"scale": scale, "bias": bias})
     return out
@@ -72,7 +66,7 @@ def _scalar_op(x: Variable, scale: float, bias: float) -> Variable:
 
 def _batch_size_like(ref: Variable, value: float) -> Variable:
     """math_op_patch's ``create_tensor_with_batchsize``: the first -1 dim follows ref's, later ones are 1."""
-    out = _new_tmp(ref, ref.dtype)
+    out = new_tmp(ref, ref.dtype)
     batch_dim, shape = -1, []
     for i, d in enumerate(ref.shape):
         if d < 0 and batch_dim < 0:
@@ -147,7 +141,7 @@ def _creator(method: str, op_type: str, reverse: bool = False,
             self, other = other, self
         if op_type == "elementwise_div" and self.dtype in _INT_DTYPES:
             self, other = astype(self, "float32"), astype(other, "float32")
-        out = _new_tmp(self, "bool" if method in _COMPARE else self.dtype)
+        out = new_tmp(self, "bool" if method in _COMPARE else self.dtype)
         attrs = {} if op_type == "matmul_v2" else {"axis": -1}
         _block(self).append_op(type=op_type, inputs={"X": [self], "Y": [other]}, outputs={"Out": out},
                                attrs=attrs)
