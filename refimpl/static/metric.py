@@ -73,9 +73,8 @@ def auc(input: Variable, label: Variable, curve: str = "ROC", num_thresholds: in
     auc_out = helper.create_variable_for_type_inference("float64")
     batch_auc_out = helper.create_variable_for_type_inference("float64")
     batch_shape = [(1 + slide_steps) * (num_thresholds + 1) + 1]
-    program = helper.main_program  # _generated_var_N counted per program, as Block.create_var does
-    stats = [helper.create_global_variable(name=program.fresh_name("_generated_var", program.global_block()),
-                                           persistable=True, dtype="int64", shape=shape)
+    glob = helper.main_program.global_block()  # unnamed: _generated_var_N, counted per program
+    stats = [glob.create_var(persistable=True, dtype="int64", shape=shape)
              for shape in (batch_shape, batch_shape, [1, num_thresholds + 1], [1, num_thresholds + 1])]
     for var in stats:
         helper.set_variable_initializer(var, Constant(value=0.0, force_cpu=False))

@@ -34,11 +34,10 @@ def _check_input(x: Any, api: str, dtypes: Any = _FLOATS) -> None:
 
 
 def _generated_var(helper: LayerHelper, dtype: Any, stop_gradient: bool = False) -> Variable:
-    """A variable named ``_generated_var_N`` (Paddle's ``LayerHelper.create_variable`` without a name),
-    N counted by the main program's own name generator, as Paddle 3.3.1 counts it."""
-    program = helper.main_program
-    return program.current_block().create_var(name=program.fresh_name("_generated_var"), dtype=dtype,
-                                              persistable=False, stop_gradient=stop_gradient)
+    """A variable named ``_generated_var_N`` (Paddle's ``LayerHelper.create_variable`` without a name):
+    ``Block.create_var`` without a name counts N per program, as Paddle 3.3.1 does."""
+    return helper.main_program.current_block().create_var(dtype=dtype, persistable=False,
+                                                          stop_gradient=stop_gradient)
 
 
 def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr: Any = None,
