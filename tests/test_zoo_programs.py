@@ -30,6 +30,7 @@ REPLAYED |= {"10_grad_clip", "11_grad_clip", "12_grad_clip"}  # reduce_ops.py: 1
 # gradient of the first outer index for every outer index (x of [2, 3, 2], gather on axis 1: both
 # batches get batch 0's gradient), and refimpl computes the true derivative instead.
 REPLAYED |= set()  # index_ops.py + reduce_ops.py
+REPLAYED |= set()  # amp: 05_mlp_bf16, 06_gpt_bf16, 07_mlp_fp16, 16_mlp_fp16
 CASES = sorted(REPLAYED)
 
 # Parameters whose true gradient is zero: a key projection's bias adds q.b_k to every score of a query's

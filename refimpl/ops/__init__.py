@@ -17,3 +17,6 @@ from . import conv_transpose_ops  # noqa: F401  (conv2d_transpose, conv3d, conv3
 from . import group_norm_ops, prelu_ops, spectral_norm_ops  # noqa: F401  (group_norm, instance_norm, prelu, spectral_norm)
 from . import py_func_ops  # noqa: F401  (py_func)
 from . import print_ops  # noqa: F401  (print: paddle.static.Print)
+from . import amp_ops  # noqa: F401  (check_finite_and_unscale, update_loss_scaling)
+from . import lars_lamb_ops  # noqa: F401  (lars_momentum, lamb)
+from . import dgc_ops  # noqa: F401  (dgc, dgc_momentum, dgc_clip_by_norm)

@@ -23,5 +23,6 @@ from .ema import *  # noqa: F401,F403  (ExponentialMovingAverage)
 from .weight_norm_param_attr import *  # noqa: F401,F403  (WeightNormParamAttr)
 from .py_func import *  # noqa: F401,F403  (py_func)
 from .print_op import Print  # noqa: F401
+from . import amp  # noqa: F401  (paddle.static.amp: decorate, bf16)
 
 __getattr__ = namespace_getattr(__name__)   # a paddle.static name refimpl lacks: Unimplemented naming it

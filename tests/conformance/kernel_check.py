@@ -65,6 +65,12 @@ ULP |= set()    # group_norm_ops.py, prelu_ops.py, spectral_norm_ops.py
 CLOSE.update({t: 1e-6 for t in ("spectral_norm", "spectral_norm_grad")})  # group_norm_ops.py, prelu_ops.py, spectral_norm_ops.py: BLAS gemv and NumPy's pairwise norms vs the cuda kernels' in-order dot products
 ULP |= set()    # extra ops: bilinear_tensor_product, auc, py_func
 CLOSE.update(dict.fromkeys(["bilinear_tensor_product", "bilinear_tensor_product_grad"], 1e-7))  # extra ops: bilinear_tensor_product, auc, py_func: products above math_ops.SMALL_MATMUL go to BLAS (in order, bit for bit, below it)
+ULP |= set()    # amp_ops.py
+CLOSE.update()  # amp_ops.py
+ULP |= set()    # lars_lamb_ops.py
+CLOSE.update()  # lars_lamb_ops.py
+ULP |= set()    # dgc_ops.py
+CLOSE.update()  # dgc_ops.py
 
 SEED = 20240611
 

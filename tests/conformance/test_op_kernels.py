@@ -15,6 +15,9 @@ from test_op_kernels_train import CASES as TRAIN_CASES
 from test_op_kernels_conv_transpose import CASES as CONV_T_CASES
 from test_op_kernels_group_norm import CASES as GROUP_NORM_CASES
 from test_op_kernels_extra import CASES as EXTRA_CASES
+from test_op_kernels_amp import CASES as AMP_CASES
+from test_op_kernels_lars_lamb import CASES as LARS_LAMB_CASES
+from test_op_kernels_dgc import CASES as DGC_CASES
 
 # the edge-value cases (inf, nan, 0, overflow) make both kernels warn, on purpose
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -278,7 +281,8 @@ def test_forward_kernel_matches_numpy(op_type, inputs, attrs):
 def test_every_cuda_kernel_has_cases():
     """A new cuda kernel needs a case here or in a test_op_kernels_*.py (or to be communication / I/O)."""
     covered = {c[0] for c in CASES + TRAIN_CASES + CONV_CASES + NORM_CASES + INDEX_CASES + REDUCE_CASES
-               + PAD_CASES + TENSOR_CASES + CONV_T_CASES + GROUP_NORM_CASES + EXTRA_CASES}
+               + PAD_CASES + TENSOR_CASES + CONV_T_CASES + GROUP_NORM_CASES + EXTRA_CASES
+               + AMP_CASES + LARS_LAMB_CASES + DGC_CASES}
     assert [t for t in cuda_ops_to_cover() if t not in covered] == []
 
 

@@ -1,0 +1,1 @@
+"""Placeholder: filled in by this round's work."""

@@ -1,0 +1,1 @@
+"""Placeholder: paddle.static.amp."""

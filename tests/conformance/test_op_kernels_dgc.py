@@ -1,0 +1,2 @@
+"""Placeholder: filled in by this round's work."""
+CASES: list = []
