@@ -111,7 +111,13 @@ def eye(*, num_rows, num_columns, dtype):
     return out
 
 
+def seed(*, seed, deterministic, rng_name, force_cpu):
+    """A ``[1]`` int32 seed: the host kernel's value, copied to the device (dropout reads it back)."""
+    return to_device(cpu.seed(seed=seed, deterministic=deterministic, rng_name=rng_name, force_cpu=force_cpu))
+
+
 register_kernel("eye", "cuda", eye)
+register_kernel("seed", "cuda", seed)
 register_kernel("fill_constant", "cuda", fill_constant)
 register_kernel("fill_constant_batch_size_like", "cuda", fill_constant_batch_size_like)
 register_kernel("assign_value", "cuda", assign_value)

@@ -372,6 +372,7 @@ def _trace(args, out):
         print(viz.format_timeline(tl), file=out)
     print(f"traced {len(trace.of_kind('op'))} ops, {len(trace.of_kind('alloc'))} allocations, "
           f"{len(trace.of_kind('free'))} GC frees; peak {tl.peak} bytes", file=out)
+    print(viz.format_categories(stats), file=out)
     print(f"wrote {args.json}", file=out)
     if args.png:
         viz.memory_png(tl, args.png)

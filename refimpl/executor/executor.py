@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 
+from refimpl.core.bfloat16 import as_paddle_host
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound, PreconditionNotMet
 from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.core.place import Place
@@ -44,7 +45,7 @@ from refimpl.ops.registry import get_op_def
 
 from .backend import default_place, to_device, to_host
 from .feed_fetch import check_feed, fetch_names, without_feed_fetch_ops
-from .garbage_collector import gc_threshold_bytes
+from .garbage_collector import Memory, gc_threshold_bytes
 from .gc_plan import no_need_buffer_inputs
 from .prepared import PreparedBlock, prepare_flags
 from .trace import Trace
@@ -264,7 +265,7 @@ class PreparedProgram:
             else:
                 t._array = feed[name].copy() if copy else feed[name]
         self.run_ctx["trace"] = trace
-        mem.reset(self.block.live_bytes())
+        mem.reset_from(self.block.tensors)
         refs = [t._array for t in self.journal[0]]
         try:
             self.block.run(trace)
@@ -359,12 +360,22 @@ class Executor:
         return run_from_dataset(self, program, dataset, scope, thread, fetch_list, fetch_info, print_period,
                                 fetch_handler, "infer_from_dataset")
 
-    def memory_stats(self) -> Dict[str, int]:
-        """{"live_bytes", "peak_bytes"} of the last run (bytes held by its variables)."""
+    def memory_stats(self) -> Dict[str, Any]:
+        """The bytes held by the variables of the last run (each rank's executor counts its own).
+
+        * ``live_bytes``: held at the end of the run; ``peak_bytes``: the most held at once;
+        * ``live_by_category``: ``live_bytes`` split into ``parameters``, ``gradients``,
+          ``optimizer_state``, ``activations``, ``communication`` and ``other`` (feeds, the
+          learning rate, counters; see ``refimpl.executor.memory_categories``) -- they add up to
+          ``live_bytes``;
+        * ``peak_by_category``: the same split at the moment of the peak -- they add up to
+          ``peak_bytes``;
+        * ``max_by_category``: each category's own high-water mark in the run (``other``: None,
+          it is not counted on its own).
+        """
         if self._last is None:
-            return {"live_bytes": 0, "peak_bytes": 0}
-        mem = self._last.block.memory
-        return {"live_bytes": mem.live, "peak_bytes": mem.peak}
+            return Memory().stats()
+        return self._last.block.memory.stats()
 
     def close(self) -> None:
         self._cache.clear()
@@ -372,8 +383,8 @@ class Executor:
 
 def host_results(values: Sequence, return_numpy: bool, place: Place) -> list:
     """Fetched values as the user gets them: fresh host arrays, or DenseTensors holding them."""
-    if return_numpy:
-        return [to_host(v) for v in values]
+    if return_numpy:  # a bfloat16 value is fetched as its uint16 bit patterns, as in Paddle
+        return [as_paddle_host(to_host(v)) for v in values]
     return [DenseTensor(to_host(v), place) for v in values]
 
 

@@ -21,12 +21,17 @@ that call is a tight loop (the fast path), kept here beside the general one.
 
 ``Memory`` counts the bytes held by the variables a run touches, per
 variable (two variables that share a buffer count twice, as a per-variable
-estimate does); ``peak`` is the high-water mark of a run.
+estimate does); ``peak`` is the high-water mark of a run. It also splits them
+by what they hold (``memory_categories``: parameters, gradients, optimizer
+state, activations, communication, other), each write and free moving one
+more counter, bound at prepare time.
 """
-from typing import Callable, Iterable, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from refimpl import flags
 from refimpl.core.tensor import DenseTensor
+
+from .memory_categories import CATEGORIES, OTHER, TRACKED, classify
 
 Dead = Sequence[Tuple[str, DenseTensor]]  # (name, tensor) pairs the plan frees after one op
 
@@ -38,16 +43,84 @@ def gc_threshold_bytes() -> int:
 
 
 class Memory:
-    """Live and peak bytes of the variables a run touches."""
+    """Live and peak bytes of the variables a run touches, in total and by category.
 
-    __slots__ = ("live", "peak")
+    ``live`` / ``peak`` are the totals. ``by_cat[c]`` holds the live bytes of category ``c``
+    (``memory_categories``: parameters, gradients, optimizer state, activations, communication)
+    and ``max_by_cat[c]`` its high-water mark; ``at_peak`` is ``by_cat`` as it was when the total
+    last reached its peak. Category ``other`` is not counted as it changes: it is the total minus
+    the counted ones, which also absorbs the bytes of ops that store their outputs themselves and
+    count only the total (feed, read, print). ``category`` maps a var name to its category, learnt
+    from each prepared program (the first program to name a var decides).
+    """
+
+    __slots__ = ("live", "peak", "by_cat", "max_by_cat", "at_peak", "category", "_learnt")
 
     def __init__(self) -> None:
         self.live = 0
         self.peak = 0
+        self.by_cat = [0] * TRACKED
+        self.max_by_cat = [0] * TRACKED
+        self.at_peak = [0] * TRACKED
+        self.category: Dict[str, int] = {}
+        self._learnt: set = set()
 
-    def reset(self, live: int) -> None:
+    def reset(self, live: int, by_cat: Optional[Sequence[int]] = None) -> None:
         self.live = self.peak = live
+        self.by_cat[:] = by_cat if by_cat is not None else [0] * TRACKED
+        self.max_by_cat[:] = self.by_cat
+        self.at_peak[:] = self.by_cat
+
+    def reset_from(self, tensors: Mapping[str, DenseTensor]) -> None:
+        """Start a run from what ``tensors`` (name -> tensor) hold now."""
+        live, by_cat, cat = 0, [0] * TRACKED, self.category
+        for name, t in tensors.items():
+            a = t._array
+            if a is not None:
+                live += a.nbytes
+                c = cat.get(name, OTHER)
+                if c != OTHER:
+                    by_cat[c] += a.nbytes
+        self.reset(live, by_cat)
+
+    def learn(self, program: Any) -> None:
+        """Take the categories of ``program``'s vars (once per program version)."""
+        key = (id(program), getattr(program, "_version", 0))
+        if key in self._learnt:
+            return
+        self._learnt.add(key)
+        for name, c in classify(program).items():
+            self.category.setdefault(name, c)
+
+    def tracked(self, name: str) -> Optional[int]:
+        """The counted category of ``name``, or None when it counts as ``other``."""
+        c = self.category.get(name, OTHER)
+        return None if c == OTHER else c
+
+    def add(self, c: Optional[int], delta: int) -> None:
+        """``delta`` more bytes in category ``c`` (None: other): the slow path of ops that store
+        their outputs themselves; the run loop's writers do the same inline (``op_runner.writer``)."""
+        live = self.live + delta
+        self.live = live
+        if c is not None:
+            v = self.by_cat[c] + delta
+            self.by_cat[c] = v
+            if v > self.max_by_cat[c]:
+                self.max_by_cat[c] = v
+        if live > self.peak:
+            self.peak = live
+            self.at_peak[:] = self.by_cat
+
+    def stats(self) -> Dict[str, Any]:
+        """The totals and the categories (see ``Executor.memory_stats``)."""
+        live = dict(zip(CATEGORIES, self.by_cat))
+        live["other"] = self.live - sum(self.by_cat)
+        at_peak = dict(zip(CATEGORIES, self.at_peak))
+        at_peak["other"] = self.peak - sum(self.at_peak)
+        most: Dict[str, Optional[int]] = dict(zip(CATEGORIES, self.max_by_cat))
+        most["other"] = None
+        return {"live_bytes": self.live, "peak_bytes": self.peak, "live_by_category": live,
+                "peak_by_category": at_peak, "max_by_category": most}
 
 
 class GarbageCollector:
@@ -82,29 +155,40 @@ class GarbageCollector:
         if self.threshold > 0 or not self.FUSABLE:
             return lambda: self.add(dead)
         mem = self.memory
+        by_cat = mem.by_cat
         plain = tuple(t for n, t in dead if n not in self.keep_meta)
         meta = tuple(t for n, t in dead if n in self.keep_meta)
+        # the category counter each dead tensor's bytes come off (-1: ``other``, counted in the total only)
+        cats = tuple(-1 if c is None else c for c in (mem.tracked(n) for n, _ in dead))
+        plain_cats = tuple(c for (n, _), c in zip(dead, cats) if n not in self.keep_meta)
+        meta_cats = tuple(c for (n, _), c in zip(dead, cats) if n in self.keep_meta)
         if len(plain) == 1 and not meta:  # the most common case: one tensor dies
-            one = plain[0]
+            one, c1 = plain[0], plain_cats[0]
 
             def release_one() -> None:
                 a = one._array
                 if a is not None:
                     mem.live -= a.nbytes
+                    if c1 >= 0:
+                        by_cat[c1] -= a.nbytes
                     one._array = None
             return release_one
 
         def release() -> None:
             live = mem.live
-            for t in plain:
+            for t, c in zip(plain, plain_cats):
                 a = t._array
                 if a is not None:
                     live -= a.nbytes
+                    if c >= 0:
+                        by_cat[c] -= a.nbytes
                     t._array = None
-            for t in meta:
+            for t, c in zip(meta, meta_cats):
                 a = t._array
                 if a is not None:
                     live -= a.nbytes
+                    if c >= 0:
+                        by_cat[c] -= a.nbytes
                     t._clear()  # keeps shape and dtype: a later op reads them as no-need-buffer
             mem.live = live
         return release
@@ -131,13 +215,16 @@ class GarbageCollector:
     def free(self, tensors: Dead) -> None:
         """Detach dead tensors (accounting, trace callback) and hand their arrays to ``_retire``."""
         mem, keep, on_free = self.memory, self.keep_meta, self.on_free
-        live = mem.live
+        live, by_cat, category = mem.live, mem.by_cat, mem.category
         retired = []
         for name, t in tensors:
             a = t._array
             if a is None:
                 continue
             live -= a.nbytes
+            c = category.get(name, OTHER)
+            if c != OTHER:
+                by_cat[c] -= a.nbytes
             if name in keep:
                 t._clear()
             else:

@@ -32,24 +32,49 @@ def reader(t: Union[DenseTensor, List[DenseTensor]], nnb: bool) -> Callable[[], 
     return lambda: t._array
 
 
-def writer(outs: Sequence[Any], single: bool, mem: Memory) -> Callable[[Any], None]:
-    """Store a kernel's result in the output tensors, counting bytes (see the registry's convention)."""
+def writer(outs: Sequence[Any], single: bool, mem: Memory,
+           cats: Optional[Sequence[Any]] = None) -> Callable[[Any], None]:
+    """Store a kernel's result in the output tensors, counting bytes (see the registry's convention).
+
+    ``cats`` gives, parallel to ``outs``, each output's counted category in ``mem`` (None: other, an
+    int, or a list for a duplicable slot); without it every output counts as other."""
+    by_cat, most = mem.by_cat, mem.max_by_cat
     if single and outs[0] is not None and not isinstance(outs[0], list):
         out = outs[0]
+        c = cats[0] if cats is not None else None
+        if c is None:
+            def write_one(a):
+                if a is None:
+                    return
+                old = out._array
+                out._array = a
+                live = mem.live + a.nbytes - (old.nbytes if old is not None else 0)
+                mem.live = live
+                if live > mem.peak:
+                    mem.peak = live
+                    mem.at_peak[:] = by_cat
+            return write_one
 
-        def write_one(a):
+        def write_one_counted(a):
             if a is None:
                 return
             old = out._array
             out._array = a
-            live = mem.live + a.nbytes - (old.nbytes if old is not None else 0)
+            d = a.nbytes - (old.nbytes if old is not None else 0)
+            live = mem.live + d
             mem.live = live
+            v = by_cat[c] + d
+            by_cat[c] = v
+            if v > most[c]:
+                most[c] = v
             if live > mem.peak:
                 mem.peak = live
-        return write_one
+                mem.at_peak[:] = by_cat
+        return write_one_counted
     # every output tensor in slot order (a duplicable slot's tensors in a row), and, when some slot
     # is duplicable or the op has one slot, how to lay the kernel's result out the same way
     targets = tuple(t for o in outs for t in (o if isinstance(o, list) else (o,)))
+    flat_cats = _flat_cats(outs, cats)
     counts = tuple(len(o) if isinstance(o, list) else None for o in outs)  # None: a plain slot
     flat = not single and all(n is None for n in counts)
 
@@ -65,15 +90,34 @@ def writer(outs: Sequence[Any], single: bool, mem: Memory) -> Callable[[Any], No
 
     def write(res):
         live = mem.live
-        for t, a in zip(targets, res if flat else layout(res)):
+        for t, c, a in zip(targets, flat_cats, res if flat else layout(res)):
             if t is not None and a is not None:
                 old = t._array
                 t._array = a
-                live += a.nbytes - (old.nbytes if old is not None else 0)
+                d = a.nbytes - (old.nbytes if old is not None else 0)
+                live += d
+                if c >= 0:
+                    v = by_cat[c] + d
+                    by_cat[c] = v
+                    if v > most[c]:
+                        most[c] = v
         mem.live = live
         if live > mem.peak:
             mem.peak = live
+            mem.at_peak[:] = by_cat
     return write
+
+
+def _flat_cats(outs, cats):
+    """``cats`` laid out as the flat target list (-1: other)."""
+    flat = []
+    for k, o in enumerate(outs):
+        c = cats[k] if cats is not None else None
+        if isinstance(o, list):
+            flat.extend(-1 if ci is None else ci for ci in (c if isinstance(c, list) else [c] * len(o)))
+        else:  # a plain slot, or an empty duplicable one (no tensor: never counted)
+            flat.append(c if isinstance(c, int) else -1)
+    return tuple(flat)
 
 
 def kernel_runner(fn: Callable[..., Any], ins: Sequence[DenseTensor],

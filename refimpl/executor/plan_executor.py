@@ -21,6 +21,7 @@ from .backend import default_place, to_device, to_host
 from .feed_fetch import check_feed, name_of
 from .garbage_collector import Memory, gc_threshold_bytes
 from .gc_plan import no_need_buffer_inputs
+from .memory_categories import TRACKED
 from .plan import Plan
 from .prepared import PreparedBlock, prepare_flags
 from .trace import Trace
@@ -83,7 +84,7 @@ class PlanExecutor:
             for name, arr in micro.items():
                 scopes[m].var(name).get_tensor()._array = to_device(arr, self.place.backend)
         blocks = [self._prepared(plan, job, scopes, scope, fetch_names) for job in plan.job_list()]
-        self.memory.reset(_live_bytes(scope, scopes))
+        self.memory.reset(*_live_bytes(scope, scopes, self.memory.tracked))
         for job, block in zip(plan.job_list(), blocks):
             if trace is not None:
                 trace.add("job", op_type=job.type(), rank=self.rank, job=job.micro_batch_id(), extra="begin")
@@ -95,8 +96,9 @@ class PlanExecutor:
                 trace.add("job", op_type=job.type(), rank=self.rank, job=job.micro_batch_id(), extra="end")
         return [fetch_stacked(name, scopes) for name in fetch_names]
 
-    def memory_stats(self) -> Dict[str, int]:
-        return {"live_bytes": self.memory.live, "peak_bytes": self.memory.peak}
+    def memory_stats(self) -> Dict[str, Any]:
+        """This rank's bytes, in total and by category: the keys of ``Executor.memory_stats``."""
+        return self.memory.stats()
 
 
 def fetch_stacked(name: str, scopes: Sequence[Scope]) -> np.ndarray:
@@ -128,12 +130,16 @@ def _checked_feed(plan, feed):
     return out
 
 
-def _live_bytes(scope, scopes):
-    seen, total = set(), 0
+def _live_bytes(scope, scopes, tracked):
+    """(total bytes, bytes per counted memory category) held in the scopes."""
+    seen, total, by_cat = set(), 0, [0] * TRACKED
     for s in [scope] + list(scopes):
         for name in s.local_var_names():
             a = s.find_local_var(name).tensor._array
             if a is not None and id(a) not in seen:
                 seen.add(id(a))
                 total += a.nbytes
-    return total
+                c = tracked(name)
+                if c is not None:
+                    by_cat[c] += a.nbytes
+    return total, by_cat

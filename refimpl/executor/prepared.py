@@ -29,6 +29,7 @@ from refimpl.core.scope import Scope
 from refimpl.core.tensor import DenseTensor
 from refimpl.framework.operator import Operator
 from refimpl.framework.program import Program
+from refimpl.ops import low_precision
 from refimpl.ops.registry import get_op_def
 
 from . import nan_inf, op_runner
@@ -83,6 +84,7 @@ class PreparedBlock:
         self.persist_scope = persist_scope  # where missing persistables are created
         self.backend = ensure(backend)
         self.memory = memory or Memory()
+        self.memory.learn(program)  # the memory category of each var (memory_categories)
         self.run_ctx = run_ctx if run_ctx is not None else {}  # feed/fetch lists, trace, reader device
         self.tensors: Dict[str, DenseTensor] = {}  # name -> DenseTensor, every var this block touches
         self.gc_threshold = gc_threshold
@@ -194,6 +196,8 @@ class PreparedBlock:
         fn, attr_names, wants_need = opdef.kernel(self.backend)
         attrs = op.all_attrs()
         kw = {a: attrs[a] if a in attrs else opdef.default(a) for a in attr_names}
+        # an op with float16/bfloat16 vars computes in float32 and rounds its outputs (ops/low_precision.py)
+        fn, kw = low_precision.wrap(fn, kw, op, opdef, self.block, self.backend)
         nnb = no_need_buffer_inputs(op)
         ins: List[Any] = []
         plain = True
@@ -211,15 +215,19 @@ class PreparedBlock:
             op_runner.reader(t, any(n in nnb for n in (op.inputs.get(s.name) or [])))
             for t, s in zip(ins, opdef.inputs)]
         outs: List[Any] = []
+        cats: List[Any] = []  # each output's counted memory category (memory_categories)
+        tracked = self.memory.tracked
         for slot in opdef.outputs:
             names = op.outputs.get(slot.name) or []
             if slot.duplicable:
                 outs.append([self.tensor(n) for n in names] or None)
+                cats.append([tracked(n) for n in names])
             else:
                 outs.append(self.tensor(names[0]) if names else None)
+                cats.append(tracked(names[0]) if names else None)
         if wants_need:
             kw["need"] = tuple(o is not None for o in outs)
-        write = op_runner.writer(outs, len(opdef.outputs) == 1, self.memory)
+        write = op_runner.writer(outs, len(opdef.outputs) == 1, self.memory, cats)
         return op_runner.kernel_runner(fn, ins, readers, kw, write, fail)
 
     def _raise_op_error(self, i: int, op: Operator, exc: Exception) -> None:

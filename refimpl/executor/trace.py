@@ -5,7 +5,8 @@ Everything observable goes through it: op runs, tensor allocations and frees
 ``Trace`` is passed to ``Executor.run(..., trace=t)`` (or set on the
 executor), and costs nothing then: the executor runs a separate, plain loop.
 Peak memory can be recomputed from the records, and ``to_chrome`` writes a
-Chrome-trace / Perfetto JSON.
+Chrome-trace / Perfetto JSON (optionally with a counter per memory category,
+``memory_categories``).
 """
 from __future__ import annotations
 
@@ -53,9 +54,15 @@ class Trace:
             peak = max(peak, live)
         return peak
 
-    def to_chrome(self, path: Optional[str] = None) -> Dict[str, Any]:
-        """Chrome-trace JSON (one slice per op, counters for live bytes)."""
+    def to_chrome(self, path: Optional[str] = None, categories: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
+        """Chrome-trace JSON (one slice per op, counters for live bytes).
+
+        With ``categories`` ({var name: category index}, ``memory_categories.classify(program)``) a
+        second counter, ``live bytes by category``, splits the bytes the run allocated into
+        parameters, gradients, optimizer state, activations, communication and other."""
+        from .memory_categories import CATEGORIES, OTHER
         out, t, live = [], 0, 0
+        by_cat = [0] * len(CATEGORIES)
         for e in self.events:
             if e.kind == "op":
                 out.append({"name": e.op_type, "ph": "X", "ts": t, "dur": 1,
@@ -63,9 +70,14 @@ class Trace:
                             "args": {"op": e.op, "job": e.job}})
                 t += 1
             elif e.kind in ("alloc", "free"):
-                live += e.nbytes if e.kind == "alloc" else -e.nbytes
+                delta = e.nbytes if e.kind == "alloc" else -e.nbytes
+                live += delta
                 out.append({"name": "live bytes", "ph": "C", "ts": t, "pid": e.rank or 0,
                             "args": {"bytes": live}})
+                if categories is not None:
+                    by_cat[categories.get(e.var, OTHER)] += delta
+                    out.append({"name": "live bytes by category", "ph": "C", "ts": t, "pid": e.rank or 0,
+                                "args": dict(zip(CATEGORIES, by_cat))})
         doc = {"traceEvents": out}
         if path:
             with open(path, "w") as f:

@@ -24,7 +24,7 @@ import functools
 import numpy as np
 
 from refimpl.core.dtypes import VARTYPE_TO_NAME, convert_dtype, to_numpy_dtype
-from refimpl.core.errors import InvalidArgument
+from refimpl.core.errors import InvalidArgument, Unimplemented
 from refimpl.core.random import engine_for, normal, uniform
 
 from .common import first
@@ -127,6 +127,19 @@ def uniform_random(ShapeTensor, ShapeTensorList, *, shape, dtype, min, max, seed
 def gaussian_random(ShapeTensor, ShapeTensorList, *, shape, mean, std, seed, dtype):
     dims = _shape(ShapeTensor, ShapeTensorList, shape)
     return normal(engine_for(seed), int(np.prod(dims)), mean, std, _numpy_dtype(dtype)).reshape(dims)
+
+
+@register_op("seed", [], ["Out"], {"seed": 0, "deterministic": False, "rng_name": "", "force_cpu": False},
+             infer_shape=lambda ins, attrs: {"Out": ((1,), "int32")})
+def seed(*, seed, deterministic, rng_name, force_cpu):
+    """Paddle's ``seed`` op (``paddle/fluid/operators/seed_op.h``): the ``seed`` attr, or, when it is
+    0, a fresh seed from the OS (Paddle: ``std::random_device``), as a ``[1]`` int32 tensor. Recompute
+    puts one before each dropout so that the forward and its re-run draw the same mask."""
+    if deterministic:
+        raise Unimplemented(f"seed: deterministic=True (rng_name {rng_name!r}) needs Paddle's named "
+                            f"generators, which refimpl lacks")
+    value = int(seed) if seed != 0 else int(np.random.SeedSequence().entropy % (2**31 - 1)) + 1
+    return np.array([value], dtype=np.int32)
 
 
 # ---- lookup_table_v2 ----------------------------------------------------------------

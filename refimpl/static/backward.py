@@ -22,6 +22,8 @@ from refimpl.framework.variable import Variable
 from refimpl.ops.grad_maker import make_grad_op_descs
 from refimpl.ops.registry import GRAD_SUFFIX, grad_var_name, strip_grad_suffix
 
+from .backward_recompute import recompute_grad_descs
+
 if TYPE_CHECKING:
     from refimpl.framework.variable import Parameter
 
@@ -168,17 +170,24 @@ def append_backward(loss: Variable, parameter_list: Optional[Sequence[Union[Para
     no_grad |= _no_grad_outputs(block, path, {loss.name}, no_grad)
     no_grad_grads = {grad_var_name(n) for n in no_grad}
 
-    descs, grad_to_var = [], {}
-    for op in reversed(path):
-        if op.has_attr("sub_block"):
-            raise Unimplemented(f"append_backward: op {op.type!r} has a sub-block; control-flow backward is not supported")
-        ds, g2v = make_grad_op_descs(op.type, op.inputs, op.outputs, op.all_attrs(), no_grad_grads)
-        for d in ds:
-            d["attrs"].setdefault(OP_DEVICE_ATTR, op.attr(OP_DEVICE_ATTR) if op.has_attr(OP_DEVICE_ATTR) else "")
-        descs.extend(ds)
-        grad_to_var.update(g2v)
-    descs = addup_repetitive_outputs(descs, block.idx)
-    descs = remove_no_grad_branch(descs, no_grad_grads)
+    def finish(descs):
+        descs = addup_repetitive_outputs(descs, block.idx)
+        return remove_no_grad_branch(descs, no_grad_grads)
+
+    recompute = _check_checkpoints(checkpoints)
+    if recompute:
+        descs, grad_to_var, checkpoint_names = recompute_grad_descs(block, path, no_grad_grads, checkpoints, finish)
+    else:
+        descs, grad_to_var = [], {}
+        for op in reversed(path):
+            if op.has_attr("sub_block"):
+                raise Unimplemented(f"append_backward: op {op.type!r} has a sub-block; control-flow backward is not supported")
+            ds, g2v = make_grad_op_descs(op.type, op.inputs, op.outputs, op.all_attrs(), no_grad_grads)
+            for d in ds:
+                d["attrs"].setdefault(OP_DEVICE_ATTR, op.attr(OP_DEVICE_ATTR) if op.has_attr(OP_DEVICE_ATTR) else "")
+            descs.extend(ds)
+            grad_to_var.update(g2v)
+        descs = finish(descs)
 
     start = len(block.ops)
     loss_desc = _loss_grad_desc(loss)
@@ -208,7 +217,21 @@ def append_backward(loss: Variable, parameter_list: Optional[Sequence[Union[Para
             g.op = block.ops[writers[g.name]]
         val = [p.name, g.name] + list(g.op.attr(OP_ROLE_VAR_ATTR) if g.op.has_attr(OP_ROLE_VAR_ATTR) else [])
         g.op._set_attr(OP_ROLE_VAR_ATTR, val)
+    if recompute:
+        # as Paddle's: with checkpoints, the pair (params_and_grads, sorted checkpoint names)
+        return params_and_grads, checkpoint_names
     return params_and_grads
+
+
+def _check_checkpoints(checkpoints):
+    """Whether ``checkpoints`` asks for recompute: a non-empty list of Variables (as Paddle's test)."""
+    if not isinstance(checkpoints, list) or not checkpoints:
+        return False
+    for c in checkpoints:
+        if not isinstance(c, Variable):
+            raise InvalidArgument(f"append_backward: checkpoints must be Variables, got {c!r} "
+                                  f"({type(c).__name__})")
+    return True
 
 
 def _forward_name(grad_name):

@@ -17,6 +17,10 @@ persistables and feeds held before the run are not in the trace: pass the
 starting level as ``start``, or the level after the run as ``end``
 (``Executor.memory_stats()["live_bytes"]``) and the start is worked out, so
 that the timeline's peak is the executor's ``peak_bytes``.
+
+What the bytes hold (parameters, gradients, optimizer state, activations, communication buffers,
+other: ``refimpl/executor/memory_categories.py``) is shown by :func:`format_categories` (from
+``Executor.memory_stats()``) and :func:`category_peaks` (from a trace).
 """
 from dataclasses import dataclass, field
 
@@ -102,6 +106,36 @@ def format_timeline(timeline, max_rows=None):
                     f"{s.live_after_free:>10}  {freed}")
     rows.append(f"peak {timeline.peak} bytes, {timeline.total_freed} bytes freed by GC")
     return "\n".join(rows)
+
+
+def format_categories(stats):
+    """A plain-text table of ``Executor.memory_stats()``'s categories: the bytes held at the end of
+    the run, at its peak, and each category's own high-water mark."""
+    from refimpl.executor.memory_categories import CATEGORIES
+    rows = [f"{'memory':<16} {'live':>10} {'at peak':>10} {'max':>10}"]
+    for c in CATEGORIES:
+        most = stats["max_by_category"][c]
+        rows.append(f"{c:<16} {stats['live_by_category'][c]:>10} {stats['peak_by_category'][c]:>10} "
+                    f"{'-' if most is None else most:>10}")
+    rows.append(f"{'total':<16} {stats['live_bytes']:>10} {stats['peak_bytes']:>10}")
+    return "\n".join(rows)
+
+
+def category_peaks(trace, categories, rank=None):
+    """{category: the most bytes the trace's ``alloc``/``free`` records held at once in it}.
+
+    ``categories`` maps var names to category indices (``memory_categories.classify(program)``);
+    the bytes held before the run are not in the trace, so this is the part the run allocated."""
+    from refimpl.executor.memory_categories import CATEGORIES, OTHER
+    live = [0] * len(CATEGORIES)
+    most = [0] * len(CATEGORIES)
+    for e in trace:
+        if e.kind not in ("alloc", "free") or (rank is not None and e.rank != rank):
+            continue
+        c = categories.get(e.var, OTHER)
+        live[c] += e.nbytes if e.kind == "alloc" else -e.nbytes
+        most[c] = max(most[c], live[c])
+    return dict(zip(CATEGORIES, most))
 
 
 def memory_png(trace_or_timeline, path, start=0, rank=None, end=None, title=None, dpi=110):

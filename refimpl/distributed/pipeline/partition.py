@@ -47,7 +47,12 @@ def even_cuts(program: Program, num_stages: int) -> list:
 
 def _fwd_name(name):
     pos = name.find(GRAD_SUFFIX)
-    return name[:pos] if pos != -1 else name
+    name = name[:pos] if pos != -1 else name
+    # a var that recompute re-runs (``x.subprog_k``, static/backward_recompute.py) lives where ``x`` does
+    return _SUBPROG.sub("", name)
+
+
+_SUBPROG = re.compile(r"\.subprog_\d+$")
 
 
 def _device_stage(op):
@@ -106,7 +111,8 @@ def _var_homes(program, stage_of):
 
 def _follow(op, home, i):
     names = [n for n in op.input_arg_names if GRAD_SUFFIX in n] or \
-        [n for n in op.output_arg_names if GRAD_SUFFIX in n] or op.input_arg_names
+        [n for n in op.output_arg_names if GRAD_SUFFIX in n] or \
+        [n for n in op.output_arg_names if _SUBPROG.search(n)] or op.input_arg_names  # recompute: its outputs' stage
     if op.role() & OpRole.Optimize and op.input("Param"):
         names = op.input("Param")
     for n in names:

@@ -1,2 +1,92 @@
-"""Placeholder."""
-__all__: list = []
+"""``paddle.incubate.optimizer.RecomputeOptimizer``: backward that recomputes the forward.
+
+Mirrors ``python/paddle/incubate/optimizer/recompute.py`` (Paddle 3.3.1, static mode): the
+checkpoints set with ``_set_checkpoints`` (Variables or names of the loss's block) go to
+``append_backward(..., checkpoints=...)`` (``refimpl/static/backward_recompute.py``), which keeps
+only them (and the vars crossing segments) alive through the forward and re-runs the rest of
+each segment in the backward; the update is the wrapped optimizer's. Differences from Paddle:
+``_enable_offload`` (checkpoints copied to pinned host memory, a CUDA-only feature) raises
+Unimplemented; bad checkpoints raise :class:`CheckpointsError` (an InvalidArgument that is also
+the AssertionError Paddle's ``assert`` raises), naming the value.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple, Union
+
+from refimpl.core.errors import InvalidArgument, Unimplemented
+from refimpl.framework.program import Program, program_guard
+from refimpl.framework.variable import Variable
+from refimpl.static.backward import append_backward
+
+
+class CheckpointsError(InvalidArgument, AssertionError):
+    """Checkpoints that are not a list of Variables or names (Paddle: an ``AssertionError``)."""
+
+
+class RecomputeOptimizer:
+    """Wrap ``optimizer`` so that its backward recomputes the forward between checkpoints."""
+
+    def __init__(self, optimizer: Any) -> None:
+        self._optimizer = optimizer
+        self._checkpoints: Optional[List[Union[Variable, str]]] = None
+        self._learning_rate = optimizer._learning_rate
+        self._learning_rate_map = optimizer._learning_rate_map
+        self.enable_offload = False
+
+    def _set_checkpoints(self, checkpoints: List[Union[Variable, str]]) -> None:
+        if not isinstance(checkpoints, list):
+            raise CheckpointsError("_checkpoints should be a list of Variable or a list of String, "
+                                   f"got {checkpoints!r} ({type(checkpoints).__name__})")
+        for c in checkpoints:
+            if not isinstance(c, (Variable, str)):
+                raise CheckpointsError("_checkpoints should be a list of Variable or a list of String, "
+                                       f"got the item {c!r} ({type(c).__name__})")
+        self._checkpoints = checkpoints
+
+    def _enable_offload(self) -> None:
+        raise Unimplemented("RecomputeOptimizer._enable_offload: checkpoint offload to pinned host "
+                            "memory is not implemented by refimpl")
+
+    def load(self, state_dict: Any) -> None:
+        raise Unimplemented("load function is not supported by Recompute Optimizer for now")
+
+    def _require_checkpoints(self) -> List[Union[Variable, str]]:
+        if self._checkpoints is None:
+            raise CheckpointsError("You should call _set_checkpoints first")
+        return self._checkpoints
+
+    def backward(self, loss: Variable, startup_program: Optional[Program] = None,
+                 parameter_list: Optional[Sequence[Any]] = None, no_grad_set: Optional[Set[Any]] = None,
+                 callbacks: Optional[Sequence[Callable[..., Any]]] = None) -> List[Tuple[Any, Any]]:
+        """``append_backward`` with the checkpoints; ``[(param, grad)]``."""
+        checkpoints = self._require_checkpoints()
+        self._dtype = loss.dtype
+        with program_guard(loss.block.program, startup_program):
+            ckpt_vars = [c if isinstance(c, Variable) else loss.block.var(c) for c in checkpoints]
+            result = append_backward(loss, parameter_list, no_grad_set, checkpoints=ckpt_vars)
+        if ckpt_vars:  # append_backward also returned the sorted checkpoint names
+            params_grads, _ = result  # type: ignore[misc]
+            return params_grads
+        return result
+
+    def apply_gradients(self, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
+        return self._optimizer.apply_gradients(params_grads=params_grads)
+
+    def apply_optimize(self, loss: Variable, startup_program: Optional[Program],
+                       params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
+        func = getattr(self._optimizer, "apply_optimize", None) or self._optimizer._apply_optimize
+        return func(loss, startup_program=startup_program, params_grads=params_grads)
+
+    def minimize(self, loss: Variable, startup_program: Optional[Program] = None,
+                 parameter_list: Optional[Sequence[Any]] = None, no_grad_set: Optional[Set[Any]] = None
+                 ) -> Tuple[List[Any], List[Tuple[Any, Any]]]:
+        if not isinstance(loss, Variable):
+            raise InvalidArgument(f"RecomputeOptimizer.minimize: the loss should be a Variable, got "
+                                  f"{type(loss).__name__}")
+        self._require_checkpoints()
+        params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)
+        optimize_ops = self.apply_optimize(loss, startup_program=startup_program, params_grads=params_grads)
+        return optimize_ops, params_grads
+
+
+__all__ = ["RecomputeOptimizer"]
