@@ -2,11 +2,12 @@
 
 Mirrors Paddle's GPU kernels of the same names (``paddle/phi/kernels/gpu/``: ``clip_kernel.cu``,
 ``clip_by_norm_kernel.cu``, ``squared_l2_norm_kernel.cu``, ``reduce_max_kernel.cu``,
-``reduce_prod_kernel.cu``, ``arg_min_max_kernel.cu``, ``cum_kernel.cu``, ``top_k_kernel.cu``; log_softmax, one_hot_v2 and the sigmoid cross entropy
-are in ``ops_reduce_loss.py``) with the NumPy kernels' arithmetic: the sums of
-squares are NumPy's pairwise sums (``ew.sum_axes``), cumsum adds in order along the axis, max /
-min / arg_max scan each output's elements in order (one thread per output, where Paddle's GPU
-kernels reduce over a block of threads: the same result, as max and min are exact).
+``reduce_prod_kernel.cu``, ``reduce_any_kernel.cu``, ``arg_min_max_kernel.cu``, ``cum_kernel.cu``,
+``top_k_kernel.cu``; log_softmax, one_hot_v2 and the sigmoid cross entropy are in
+``ops_reduce_loss.py``) with the NumPy kernels' arithmetic: the sums of squares are NumPy's
+pairwise sums (``ew.sum_axes``), cumsum adds in order along the axis, max / min / arg_max /
+reduce_any scan each output's elements in order (one thread per output, where Paddle's GPU
+kernels reduce over a block of threads: the same result, as max, min and any are exact).
 """
 import numpy as np
 
@@ -167,6 +168,38 @@ def _register_minmax(name, is_max):
 
 _register_minmax("reduce_max", True)
 _register_minmax("reduce_min", False)
+
+
+# ---- reduce_any ----------------------------------------------------------------------------------
+@cuda.jit
+def _any(g, out, oshape, ostr, rshape, rstr, count):
+    """out[o] = whether some element over the reduced dims is nonzero."""
+    for o in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        base = ew.offset(o, oshape, ostr)
+        hit = False
+        for k in range(count):
+            if g[base + ew.offset(k, rshape, rstr)] != 0:
+                hit = True
+                break
+        out[o] = hit
+
+
+def reduce_any(X, AxisTensor, AxisTensorList, *, dim, keep_dim, reduce_all):
+    if AxisTensor is not None or AxisTensorList:
+        raise InvalidArgument("reduce_any: dims given as tensors (AxisTensor / AxisTensorList) are not supported; "
+                              "use the dim attr")
+    X = dev(X)
+    shape = tuple(X.shape)
+    axes = reduce_axes("reduce_any", len(shape), dim, reduce_all)
+    out = empty(reduced_shape(shape, axes, keep_dim), np.bool_)
+    count = 1
+    for a in axes:
+        count *= shape[a]
+    launch(_any, out.size, flat(X), flat(out), *_layout(shape, axes), count)
+    return out
+
+
+register_kernel("reduce_any", "cuda", reduce_any)
 
 
 @cuda.jit

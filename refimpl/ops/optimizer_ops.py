@@ -88,13 +88,22 @@ def sgd(Param, LearningRate, Grad, MasterParam, *, multi_precision):
 
 
 # ---- momentum -----------------------------------------------------------------
+def _momentum_infer(ins, attrs):
+    """As ``_param_infer``, but (Paddle's MomentumInferMeta) the velocity of a float16 / bfloat16
+    parameter is float32."""
+    pairs = (("ParamOut", "Param"), ("VelocityOut", "Velocity"), ("MasterParamOut", "MasterParam"))
+    out = _param_infer(*pairs)(ins, attrs)
+    if "VelocityOut" in out and first(ins, "Param")[1] in ("float16", "bfloat16"):
+        out["VelocityOut"] = (out["VelocityOut"][0], "float32")
+    return out
+
+
 @register_op("momentum", ["Param", "Grad", "Velocity", "LearningRate", "MasterParam?"],
              ["ParamOut", "VelocityOut", "MasterParamOut?"],
              {"mu": f32(0.9), "use_nesterov": False, "regularization_method": "",
               "regularization_coeff": 0.0, "multi_precision": False, "rescale_grad": 1.0},
              check=UPDATE_CHECK, writes_inputs=True,
-             infer_shape=_param_infer(("ParamOut", "Param"), ("VelocityOut", "Velocity"),
-                                      ("MasterParamOut", "MasterParam")))
+             infer_shape=_momentum_infer)
 def momentum(Param, Grad, Velocity, LearningRate, MasterParam, *, mu, use_nesterov,
              regularization_method, regularization_coeff, multi_precision, rescale_grad):
     p = _target(Param, MasterParam, multi_precision)

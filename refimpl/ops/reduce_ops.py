@@ -1,6 +1,7 @@
 """Reductions, clipping and pointwise math of real models (+ grads).
 
 ``squared_l2_norm``, ``clip_by_norm``, ``clip``, ``abs``, ``sign``, ``reduce_max`` / ``reduce_min`` / ``reduce_prod``,
+``reduce_any``,
 ``arg_max``, ``cumsum``, ``top_k_v2``; ``log_softmax``, ``one_hot_v2`` and
 ``sigmoid_cross_entropy_with_logits`` are in ``reduce_loss_ops.py``.
 
@@ -168,6 +169,23 @@ def _register_minmax(name, fn):
 
 _register_minmax("reduce_max", np.max)
 _register_minmax("reduce_min", np.min)
+
+
+# ---- reduce_any -----------------------------------------------------------------------------
+def _any_infer(ins, attrs):
+    shape, _ = first(ins, "X")
+    axes = reduce_axes("reduce_any", len(shape), attrs["dim"], attrs["reduce_all"])
+    return {"Out": (reduced_shape(shape, axes, attrs["keep_dim"]), "bool")}
+
+
+@register_op("reduce_any", ["X", "AxisTensor?", "AxisTensorList*?"], ["Out"], REDUCE_ATTRS, infer_shape=_any_infer)
+def reduce_any(X, AxisTensor, AxisTensorList, *, dim, keep_dim, reduce_all):
+    """Whether any element over the reduced dims is nonzero (bool); the AMP decorator ORs overflow flags
+    with it. The dims come from ``dim`` only."""
+    if AxisTensor is not None or AxisTensorList:
+        raise InvalidArgument("reduce_any: dims given as tensors (AxisTensor / AxisTensorList) are not supported; "
+                              "use the dim attr")
+    return np.asarray(np.any(X, axis=reduce_axes("reduce_any", X.ndim, dim, reduce_all), keepdims=keep_dim))
 
 
 # ---- reduce_prod ----------------------------------------------------------------------------

@@ -11,11 +11,15 @@ creates the global learning-rate variable ``learning_rate_k`` (a
 before each run when an ``LRScheduler`` drives it), creates accumulators
 named ``{param}_{acc}_k`` initialised in the startup program, and appends
 each update op under role Optimize with ``op_role_var = [param, grad]``.
+Master weights for ``multi_precision`` (a float32 copy of a float16 / bfloat16
+parameter, cast from it in the startup program) and the auxiliary vars the AMP
+decorators hand over (``found_inf``) are kept here, as in Paddle's base class.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple, Union
 
+from refimpl.core.dtypes import to_vartype
 from refimpl.core.errors import InvalidArgument
 from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.framework import unique_name
@@ -72,6 +76,9 @@ class Optimizer:
         self.regularization = _to_regularizer(type(self).__name__, weight_decay)
         self._learning_rate_map = {}
         self._accumulators = {}
+        self._auxiliary_vars = {}
+        self._multi_precision = False  # float32 master weights for float16 / bfloat16 parameters
+        self._master_weights = {}
         self.helper = None
 
     # ---- learning rate ----------------------------------------------------
@@ -102,6 +109,38 @@ class Optimizer:
 
     def _create_param_lr(self, param_and_grad):
         return self._global_learning_rate()
+
+    # ---- auxiliary vars (Paddle's: e.g. AMP's ``found_inf``, read by Adam as ``SkipUpdate``) ----------
+    def _set_auxiliary_var(self, key: str, val: Any) -> None:
+        self._auxiliary_vars[key] = val
+
+    def _get_auxiliary_var(self, key: str) -> Any:
+        return self._auxiliary_vars.get(key)
+
+    # ---- master weights (multi_precision) -----------------------------------------------
+    @staticmethod
+    def _is_dtype_fp16_or_bf16(dtype: Any) -> bool:
+        return dtype in ("float16", "bfloat16")
+
+    def _find_master(self, param: Parameter) -> bool:
+        return self._multi_precision and self._is_dtype_fp16_or_bf16(param.dtype)
+
+    def _create_master_weight(self, param: Parameter) -> Variable:
+        """``{param}_fp32_master_k``: a float32 persistable copy, cast from the parameter in the startup program."""
+        if param.name in self._master_weights:
+            return self._master_weights[param.name]
+        var = create_global_var(name=unique_name.generate(param.name + "_fp32_master"), shape=list(param.shape or ()),
+                                value=0, dtype="float32", persistable=True)
+        default_startup_program().global_block().append_op(
+            type="cast", inputs={"X": [param.name]}, outputs={"Out": [var.name]},
+            attrs={"in_dtype": to_vartype(param.dtype), "out_dtype": to_vartype("float32")})
+        self._master_weights[param.name] = var
+        return var
+
+    def _get_accumulator_master(self, name: str, param: Parameter) -> Variable:
+        """The accumulator ``name`` of the parameter, or of its master weight when it has one."""
+        target = self._master_weights[param.name] if self._find_master(param) else param
+        return self._accumulators[(name, target.name)]
 
     # ---- accumulators -----------------------------------------------------
     def _add_accumulator(self, name, param, fill_value=0.0, shape=None, dtype=None, device=None):

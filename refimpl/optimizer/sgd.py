@@ -7,7 +7,13 @@ wiring, attrs and accumulator names (``_velocity_0``, ``_moment1_0``,
 Momentum fuses an L2 decay (a float ``weight_decay``, ``L2Decay``, or a
 parameter's ``L2Decay``) into the ``momentum`` op's ``regularization_method``
 / ``regularization_coeff`` attrs instead of appending ``scale`` + ``sum``;
-AdamW's decay is the ``adamw`` op's own ``coeff`` (decoupled).
+AdamW's decay is the ``adamw`` op's own ``coeff`` (decoupled). With
+``multi_precision`` a float16 / bfloat16 parameter gets a float32 master weight
+(``{param}_fp32_master_k``, see ``Optimizer._create_master_weight``): the
+accumulators belong to it and the update op reads and writes it as
+``MasterParam`` / ``MasterParamOut``; Adam's moments of such a parameter are
+float32 either way. Adam / AdamW read an AMP decorator's ``found_inf``
+auxiliary var as ``SkipUpdate``.
 """
 from __future__ import annotations
 
@@ -32,12 +38,27 @@ class SGD(Optimizer):
                  parameters: Optional[Sequence[Union[Parameter, str]]] = None, weight_decay: Any = None,
                  grad_clip: Any = None, multi_precision: bool = False, name: Optional[str] = None) -> None:
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
+        self._multi_precision = bool(multi_precision)
+
+    def _create_accumulators(self, block, params):
+        for p in params:
+            if self._find_master(p):
+                self._create_master_weight(p)
 
     def _append_optimize_op(self, block, pg):
         p, g = pg
-        return block.append_op(type="sgd",
-                               inputs={"Param": p, "Grad": g, "LearningRate": self._create_param_lr(pg)},
-                               outputs={"ParamOut": p}, attrs={"multi_precision": False})
+        inputs, outputs = _with_master(self, p, {"Param": p, "Grad": g, "LearningRate": self._create_param_lr(pg)},
+                                       {"ParamOut": p})
+        return block.append_op(type="sgd", inputs=inputs, outputs=outputs,
+                               attrs={"multi_precision": self._find_master(p)})
+
+
+def _with_master(opt: Any, p: Any, inputs: dict, outputs: dict) -> tuple:
+    """The update op's slots plus ``MasterParam`` / ``MasterParamOut`` when ``p`` has a master weight."""
+    if opt._find_master(p):
+        master = opt._master_weights[p.name]
+        inputs, outputs = dict(inputs, MasterParam=master), dict(outputs, MasterParamOut=master)
+    return inputs, outputs
 
 
 def _l2_coeff(decay: Any) -> tuple:
@@ -58,6 +79,7 @@ class Momentum(Optimizer):
         super().__init__(learning_rate, parameters, None if fused else weight_decay, grad_clip, name)
         self._momentum, self._use_nesterov, self._rescale_grad = float(momentum), bool(use_nesterov), rescale_grad
         self._regularization = _l2_coeff(weight_decay) if fused else ("", 0.0)
+        self._multi_precision = bool(multi_precision)
 
     def _create_regularization_of_grad(self, param, grad, regularization=None):
         if isinstance(getattr(param, "regularizer", None), L2Decay):
@@ -72,19 +94,20 @@ class Momentum(Optimizer):
 
     def _create_accumulators(self, block, params):
         for p in params:
-            self._add_accumulator("velocity", p)
+            self._add_accumulator("velocity", self._create_master_weight(p) if self._find_master(p) else p)
 
     def _append_optimize_op(self, block, pg):
         p, g = pg
-        v = self._get_accumulator("velocity", p)
+        v = self._get_accumulator_master("velocity", p)
         method, coeff = self._param_regularization(p)
+        inputs, outputs = _with_master(
+            self, p, {"Param": p, "Grad": g, "Velocity": v, "LearningRate": self._create_param_lr(pg)},
+            {"ParamOut": p, "VelocityOut": v})
         return block.append_op(
-            type="momentum",
-            inputs={"Param": p, "Grad": g, "Velocity": v, "LearningRate": self._create_param_lr(pg)},
-            outputs={"ParamOut": p, "VelocityOut": v},
+            type="momentum", inputs=inputs, outputs=outputs,
             attrs={"mu": self._momentum, "use_nesterov": self._use_nesterov,
                    "regularization_method": method, "regularization_coeff": coeff,
-                   "multi_precision": False, "rescale_grad": float(self._rescale_grad)})
+                   "multi_precision": self._find_master(p), "rescale_grad": float(self._rescale_grad)})
 
 
 class Adam(Optimizer):
@@ -103,32 +126,38 @@ class Adam(Optimizer):
             raise InvalidArgument(f"{type(self).__name__}: epsilon must be >= 0, got {epsilon}")
         self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
         self._lazy_mode, self._amsgrad = lazy_mode, amsgrad
+        self._multi_precision = bool(multi_precision)
 
     def _create_accumulators(self, block, params):
         for p in params:
-            self._add_accumulator("moment1", p)
-            self._add_accumulator("moment2", p)
-            self._add_accumulator("beta1_pow_acc", p, fill_value=self._beta1, shape=[1], dtype="float32",
+            target = self._create_master_weight(p) if self._find_master(p) else p
+            dtype = "float32" if self._is_dtype_fp16_or_bf16(target.dtype) else target.dtype
+            self._add_accumulator("moment1", target, dtype=dtype)
+            self._add_accumulator("moment2", target, dtype=dtype)
+            self._add_accumulator("beta1_pow_acc", target, fill_value=self._beta1, shape=[1], dtype="float32",
                                   device="cpu")
-            self._add_accumulator("beta2_pow_acc", p, fill_value=self._beta2, shape=[1], dtype="float32",
+            self._add_accumulator("beta2_pow_acc", target, fill_value=self._beta2, shape=[1], dtype="float32",
                                   device="cpu")
 
     def _attrs(self, p):
         return {"lazy_mode": self._lazy_mode, "min_row_size_to_use_multithread": 1000,
-                "multi_precision": False, "beta1": self._beta1, "beta2": self._beta2,
+                "multi_precision": self._find_master(p), "beta1": self._beta1, "beta2": self._beta2,
                 "epsilon": self._epsilon, "amsgrad": self._amsgrad}
 
     def _append_optimize_op(self, block, pg):
         p, g = pg
-        acc = {k: self._get_accumulator(k, p) for k in ("moment1", "moment2", "beta1_pow_acc", "beta2_pow_acc")}
-        return block.append_op(
-            type=self.type,
-            inputs={"Param": p, "Grad": g, "LearningRate": self._create_param_lr(pg),
-                    "Moment1": acc["moment1"], "Moment2": acc["moment2"],
-                    "Beta1Pow": acc["beta1_pow_acc"], "Beta2Pow": acc["beta2_pow_acc"]},
-            outputs={"ParamOut": p, "Moment1Out": acc["moment1"], "Moment2Out": acc["moment2"],
-                     "Beta1PowOut": acc["beta1_pow_acc"], "Beta2PowOut": acc["beta2_pow_acc"]},
-            attrs=self._attrs(p))
+        acc = {k: self._get_accumulator_master(k, p)
+               for k in ("moment1", "moment2", "beta1_pow_acc", "beta2_pow_acc")}
+        inputs = {"Param": p, "Grad": g, "LearningRate": self._create_param_lr(pg),
+                  "Moment1": acc["moment1"], "Moment2": acc["moment2"],
+                  "Beta1Pow": acc["beta1_pow_acc"], "Beta2Pow": acc["beta2_pow_acc"]}
+        found_inf = self._get_auxiliary_var("found_inf")  # AMP's overflow flag: skip this step's update
+        if found_inf is not None:
+            inputs["SkipUpdate"] = found_inf
+        inputs, outputs = _with_master(
+            self, p, inputs, {"ParamOut": p, "Moment1Out": acc["moment1"], "Moment2Out": acc["moment2"],
+                              "Beta1PowOut": acc["beta1_pow_acc"], "Beta2PowOut": acc["beta2_pow_acc"]})
+        return block.append_op(type=self.type, inputs=inputs, outputs=outputs, attrs=self._attrs(p))
 
 
 class AdamW(Adam):

@@ -1,0 +1,345 @@
+"""``paddle.static.amp.decorate``: an optimizer wrapped for float16 / bfloat16 training with loss scaling.
+
+Mirrors Paddle 3.3.1's ``python/paddle/static/amp/decorator.py`` (legacy IR):
+``OptimizerWithMixedPrecision.backward`` creates the persistable loss-scaling
+state in the startup program (``loss_scaling_k`` float32 [1]; with dynamic
+scaling ``num_good_steps_k`` / ``num_bad_steps_k`` int32 [1]; and a float32 [1]
+``learning_rate_k`` when the learning rate is a float), rewrites the program
+with ``cast_model_to_fp16`` (O1 / OD: the lists decide; O2: everything the
+lists allow, parameters included), multiplies the loss by the scale
+(``elementwise_mul``, unless the scale is a fixed 1.0) and differentiates the
+scaled loss. ``apply_gradients`` moves the gradient casts behind the backward
+(``update_role_var_grad``), appends ``check_finite_and_unscale`` over every
+gradient (``find_infinite_scale.tmp_0``; at O2 one op per dtype, and one per
+gradient when distributed, their flags ORed by ``concat`` + ``reduce_any``,
+as Paddle 2.6.2 builds it: 3.3.1's ``paddle.any`` takes only PIR values), then
+``update_loss_scaling`` (dynamic scaling with float16 only) and, for Adam /
+AdamW, a ``memcpy`` of the overflow flag to the CPU that the update ops read
+as ``SkipUpdate`` (other optimizers get it as their ``found_inf`` auxiliary
+var). ``amp_init`` converts the O2 parameters in
+the scope to low precision.
+
+``decorate`` has Paddle's two signatures behind one name: the float16-only one
+(``use_pure_fp16``, ``use_fp16_guard``, ``use_bf16``; defaults ``2**15, 1000, 2,
+2.0, 0.8``) and the common one (``level``, ``dtype``, ``master_weight``, ...;
+defaults ``2**16, 2000, 1, 2.0, 0.5``). Paddle's dispatch
+(``function_overload.py``): a keyword only one of them has picks it; otherwise
+a float third positional argument picks the float16-only one, and anything
+else the common one.
+
+Differences: a loss scale that is no positive number is an ``InvalidArgument``
+at decorate time (Paddle takes it and fails, or diverges, later);
+``master_grad=True`` and optimizers with their own overflow check
+(``_supports_check_nan_inf``) are ``Unimplemented``.
+"""
+from __future__ import annotations
+
+import inspect
+import numbers
+import types
+import warnings
+from typing import Any, List, Optional, Sequence, Tuple
+
+from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplemented
+from refimpl.framework import unique_name
+from refimpl.framework.program import default_main_program, program_guard
+from refimpl.static.input import create_global_var
+from refimpl.static.layer_helper import LayerHelper
+from refimpl.tensor.manipulation import concat
+
+from .amp_nn import check_finite_and_unscale, update_loss_scaling
+from .fp16_lists import AutoMixedPrecisionLists, check_amp_dtype
+from .fp16_utils import cast_model_to_fp16, cast_parameters_to_fp16, update_role_var_grad
+
+__all__ = ["OptimizerWithMixedPrecision", "decorate"]
+
+
+def _check_loss_scaling(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) > 0:
+        raise InvalidArgument(f"decorate: init_loss_scaling must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _set_multi_precision(optimizer: Any, multi_precision: bool) -> None:
+    from refimpl.optimizer import Optimizer
+    if not isinstance(optimizer, Optimizer):
+        raise PreconditionNotMet(f"Current AMP training level is O2, optimizer is expected to be "
+                                 f"paddle.optimizer.Optimizer, but receive {type(optimizer)}.")
+    if multi_precision and hasattr(optimizer, "_multi_precision"):
+        optimizer._multi_precision = multi_precision
+
+
+def _memcpy_to_cpu(x: Any) -> Any:
+    """Paddle's ``paddle.tensor.creation._memcpy(x, CPUPlace())``: a ``memcpy`` op to ``memcpy_k.tmp_0``."""
+    helper = LayerHelper("memcpy")
+    out = helper.create_variable_for_type_inference(dtype=x.dtype)
+    helper.append_op(type="memcpy", inputs={"X": [x]}, outputs={"Out": [out]}, attrs={"dst_place_type": 0})
+    return out
+
+
+def _any(x: Any) -> Any:
+    """Paddle 2.6.2's static ``paddle.any(x)`` (3.3.1's legacy IR cannot build it): a ``reduce_any`` over
+    every dim into ``any_k.tmp_0``."""
+    helper = LayerHelper("any")
+    out = helper.create_variable_for_type_inference(dtype="bool")
+    helper.append_op(type="reduce_any", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"dim": [], "keep_dim": False, "reduce_all": True})
+    return out
+
+
+class OptimizerWithMixedPrecision:
+    """An optimizer plus AMP: casts in the program, loss scaling, overflow-skipping updates."""
+
+    def __init__(self, optimizer: Any, amp_lists: Any, level: str, dtype: str, init_loss_scaling: float,
+                 use_dynamic_loss_scaling: bool, incr_every_n_steps: int, decr_every_n_nan_or_inf: int,
+                 incr_ratio: float, decr_ratio: float, use_amp_guard: Optional[bool] = None,
+                 use_master_grad: bool = False, use_promote: bool = False) -> None:
+        if not hasattr(optimizer, "_learning_rate"):
+            raise InvalidArgument(f"decorate: optimizer must be a paddle.optimizer.Optimizer, "
+                                  f"got {type(optimizer).__name__}")
+        self._optimizer = optimizer
+        self._amp_lists = amp_lists
+        self._param_grads: Any = None
+        self._train_program: Any = None
+        self._is_distributed = False
+        self._use_master_grad = False
+        self._scaled_loss: Any = None
+        self._loss_scaling: Any = None
+        self._init_loss_scaling = _check_loss_scaling(init_loss_scaling)
+        self._use_dynamic_loss_scaling = bool(use_dynamic_loss_scaling)
+        if dtype == "bfloat16" and use_dynamic_loss_scaling:
+            self._use_dynamic_loss_scaling = False
+            self._init_loss_scaling = 1.0
+            warnings.warn("Dynamic loss scaling for bfloat16 amp training is disabled, and the init_loss_scaling "
+                          "is changed to 1.0 automatically by PaddlePaddle.")
+        self._amp_vartype = dtype
+        self._learning_rate = optimizer._learning_rate
+        self._learning_rate_map = optimizer._learning_rate_map
+        self._use_pure_fp16 = level == "O2"
+        if use_master_grad:
+            raise Unimplemented("decorate: master_grad=True (float32 master gradients) is not implemented in refimpl")
+        self._amp_level = level
+        self._use_fp16_guard = bool(use_amp_guard)
+        self._to_fp16_var_names: Any = None
+        self._incr_every_n_steps = incr_every_n_steps
+        self._decr_every_n_nan_or_inf = decr_every_n_nan_or_inf
+        self._incr_ratio = incr_ratio
+        self._decr_ratio = decr_ratio
+        self._num_good_steps: Any = None
+        self._num_bad_steps: Any = None
+        self.use_promote = use_promote
+        self._float_status: Any = None
+
+    def _set_distributed(self, flag: bool) -> None:
+        """With data parallelism, one ``check_finite_and_unscale`` per gradient (to overlap the allreduce)."""
+        self._is_distributed = flag
+
+    def get_loss_scaling(self) -> Any:
+        """The loss-scaling variable (``loss_scaling_k``)."""
+        if self._loss_scaling is None:
+            raise PreconditionNotMet("Please call minimize() before calling get_loss_scaling().")
+        return self._loss_scaling
+
+    def get_scaled_loss(self) -> Any:
+        return self._scaled_loss
+
+    def _supports_check_nan_inf(self) -> bool:
+        return getattr(self._optimizer, "_supports_check_nan_inf", False)
+
+    def _init_amp_var(self) -> None:
+        self._loss_scaling = create_global_var(name=unique_name.generate("loss_scaling"), shape=[1],
+                                               value=self._init_loss_scaling, dtype="float32", persistable=True)
+        if self._use_dynamic_loss_scaling:
+            self._num_good_steps = create_global_var(name=unique_name.generate("num_good_steps"), shape=[1],
+                                                     value=0, dtype="int32", persistable=True)
+            self._num_bad_steps = create_global_var(name=unique_name.generate("num_bad_steps"), shape=[1],
+                                                    value=0, dtype="int32", persistable=True)
+        if isinstance(self._optimizer._learning_rate, float):  # float32, as the master parameters
+            self._optimizer._learning_rate_map[default_main_program()] = create_global_var(
+                name=unique_name.generate("learning_rate"), shape=[1],
+                value=float(self._optimizer._learning_rate), dtype="float32", persistable=True)
+
+    def backward(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
+                 no_grad_set: Any = None, callbacks: Any = None) -> List[Tuple[Any, Any]]:
+        """Rewrite the program, scale the loss and differentiate it; returns (param, scaled grad) pairs."""
+        if self._supports_check_nan_inf():
+            raise Unimplemented(f"decorate: {type(self._optimizer).__name__} checks nan/inf itself "
+                                f"(_supports_check_nan_inf); refimpl does not implement that path")
+        self._train_program = loss.block.program
+        with program_guard(self._train_program, startup_program):
+            self._init_amp_var()
+            if self._use_pure_fp16:
+                self._to_fp16_var_names = cast_model_to_fp16(
+                    self._train_program, self._amp_lists, self._use_fp16_guard, self._amp_vartype,
+                    level="O2", use_promote=self.use_promote)
+            else:  # fp16_guard is not used at O1
+                cast_model_to_fp16(self._train_program, self._amp_lists, use_fp16_guard=False,
+                                   dest_type=self._amp_vartype, level=self._amp_level, use_promote=self.use_promote)
+            if loss.dtype != "float32":
+                loss = loss.astype("float32")
+            if self._use_dynamic_loss_scaling or self._init_loss_scaling != 1.0:
+                self._scaled_loss = loss * self._loss_scaling
+            else:
+                self._scaled_loss = loss
+            return self._optimizer.backward(self._scaled_loss, startup_program, parameter_list, no_grad_set,
+                                            callbacks)
+
+    def amp_init(self, place: Any, scope: Any = None, test_program: Any = None, use_fp16_test: bool = False,
+                 rewrite_master_weight: bool = False) -> None:
+        """After the startup program ran: O2 parameters to low precision in ``scope``; rewrite ``test_program``."""
+        if self._train_program is None:
+            raise PreconditionNotMet("Please call the minimize method first.")
+        if self._use_pure_fp16:
+            cast_parameters_to_fp16(place, self._train_program, scope, self._to_fp16_var_names, self._amp_vartype,
+                                    rewrite_master_weight, getattr(self._optimizer, "_master_weights", {}))
+        if test_program is None:
+            return
+        if self._use_pure_fp16:
+            cast_model_to_fp16(test_program, self._amp_lists, self._use_fp16_guard, self._amp_vartype,
+                               level="O2", use_promote=self.use_promote)
+        elif use_fp16_test:
+            cast_model_to_fp16(test_program, self._amp_lists, use_fp16_guard=False, dest_type=self._amp_vartype,
+                               level=self._amp_level, use_promote=self.use_promote)
+
+    def apply_gradients(self, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
+        """Unscale and check the gradients, update the scale, then the optimizer's update ops."""
+        update_role_var_grad(self._train_program, params_grads)
+        if not self._use_dynamic_loss_scaling and self._init_loss_scaling == 1.0:
+            return self._optimizer.apply_gradients(params_grads)
+        found_inf = self._check_finite_and_unscale(params_grads)
+        if self._use_dynamic_loss_scaling and self._amp_vartype == "float16":
+            self._add_dynamic_loss_scaling(params_grads, found_inf)
+        real_optimizer = self._optimizer
+        while hasattr(real_optimizer, "inner_opt"):
+            real_optimizer = real_optimizer.inner_opt
+        from refimpl.optimizer import Adam
+        if isinstance(real_optimizer, Adam):  # AdamW is an Adam: both read the flag on the CPU
+            with self._train_program._optimized_guard([]):
+                found_inf = _memcpy_to_cpu(found_inf)
+        if hasattr(real_optimizer, "_set_auxiliary_var"):
+            real_optimizer._set_auxiliary_var("found_inf", found_inf)
+        return self._optimizer.apply_gradients(params_grads)
+
+    def _split_grads(self, params_grads: Sequence[Tuple[Any, Any]]) -> Tuple[list, list, list]:
+        grads = [g for _, g in params_grads]
+        fp32_grads = [g for g in grads if g.dtype == "float32"]
+        fp16_grads = [g for g in grads if g.dtype == self._amp_vartype]
+        if len(fp32_grads) + len(fp16_grads) != len(grads):
+            raise InvalidArgument(f"Data types of all grads must be either {self._amp_vartype} or float32, got "
+                                  f"{sorted({g.dtype for g in grads})}")
+        return grads, fp32_grads, fp16_grads
+
+    def _check_finite_and_unscale(self, params_grads: Sequence[Tuple[Any, Any]]) -> Any:
+        """One ``check_finite_and_unscale`` per group of gradients: all of them; at O2 one per dtype;
+        distributed, one per gradient. Returns the overflow flag."""
+        grads, fp32_grads, fp16_grads = self._split_grads(params_grads)
+        if self._is_distributed:
+            groups = [([g], [p, g], "find_infinite_scale") for p, g in params_grads]
+        elif self._use_pure_fp16:
+            groups = [(gs, gs, name) for gs, name in ((fp32_grads, "find_infinite_scale_fp32"),
+                                                      (fp16_grads, "find_infinite_scale_fp16")) if gs]
+        else:
+            groups = [(grads, grads, "find_infinite_scale")]
+        found_infs = []
+        for group, role_vars, name in groups:
+            with self._train_program._optimized_guard(role_vars):
+                found_infs.append(check_finite_and_unscale(group, self._loss_scaling, name=name)[1])
+        if len(found_infs) == 1:
+            return found_infs[0]
+        with self._train_program._optimized_guard([]):  # the flags ORed: concat + any
+            return _any(concat(found_infs))
+
+    def _add_dynamic_loss_scaling(self, params_grads: Sequence[Tuple[Any, Any]], found_inf: Any) -> None:
+        grads, fp32_grads, fp16_grads = self._split_grads(params_grads)
+        args = (found_inf, self._loss_scaling, self._num_good_steps, self._num_bad_steps, self._incr_every_n_steps,
+                self._decr_every_n_nan_or_inf, self._incr_ratio, self._decr_ratio)
+        with self._train_program._optimized_guard([]):
+            if not self._use_pure_fp16:
+                update_loss_scaling(grads, *args, name="update_loss_scaling")
+                return
+            stop_update = False
+            if fp32_grads:
+                update_loss_scaling(fp32_grads, *args, stop_update=stop_update, name="update_loss_scaling_fp32")
+                stop_update = True
+            if fp16_grads:
+                update_loss_scaling(fp16_grads, *args, stop_update=stop_update, name="update_loss_scaling_fp16")
+
+    def apply_optimize(self, loss: Any, startup_program: Any, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
+        with program_guard(loss.block.program, startup_program):
+            return self.apply_gradients(params_grads)
+
+    def minimize(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
+                 no_grad_set: Any = None) -> Tuple[List[Any], List[Tuple[Any, Any]]]:
+        """backward + apply_optimize; returns (optimize ops, scaled (param, grad) pairs)."""
+        opt_dict = type(self._optimizer).__dict__
+        if "minimize" in opt_dict and isinstance(opt_dict["minimize"], types.FunctionType):
+            warnings.warn("The decorated optimizer has its own `minimize` method, but it will not be executed.")
+        scaled_params_grads = self.backward(loss, startup_program=startup_program, parameter_list=parameter_list,
+                                            no_grad_set=no_grad_set)
+        optimize_ops = self.apply_optimize(loss, startup_program, scaled_params_grads)
+        return optimize_ops, scaled_params_grads
+
+
+def _decorate_fp16_only(optimizer: Any, amp_lists: Any = None, init_loss_scaling: float = 2.0 ** 15,
+                        incr_every_n_steps: int = 1000, decr_every_n_nan_or_inf: int = 2, incr_ratio: float = 2.0,
+                        decr_ratio: float = 0.8, use_dynamic_loss_scaling: bool = True, use_pure_fp16: bool = False,
+                        use_fp16_guard: Optional[bool] = None, use_bf16: bool = False,
+                        use_promote: bool = False) -> OptimizerWithMixedPrecision:
+    amp_dtype = "bfloat16" if use_bf16 else "float16"
+    if amp_lists is None:
+        amp_lists = AutoMixedPrecisionLists(dtype=amp_dtype)
+    if use_fp16_guard is None:
+        use_fp16_guard = use_pure_fp16
+    return OptimizerWithMixedPrecision(
+        optimizer, amp_lists, level="O2" if use_pure_fp16 else "O1", dtype=amp_dtype,
+        init_loss_scaling=init_loss_scaling, use_dynamic_loss_scaling=use_dynamic_loss_scaling,
+        incr_every_n_steps=incr_every_n_steps, decr_every_n_nan_or_inf=decr_every_n_nan_or_inf,
+        incr_ratio=incr_ratio, decr_ratio=decr_ratio, use_amp_guard=use_fp16_guard, use_promote=use_promote)
+
+
+def _decorate_common(optimizer: Any, amp_lists: Any = None, level: str = "O1", dtype: str = "float16",
+                     master_weight: Optional[bool] = None, master_grad: bool = False,
+                     init_loss_scaling: float = 2.0 ** 16, incr_every_n_steps: int = 2000,
+                     decr_every_n_nan_or_inf: int = 1, incr_ratio: float = 2.0, decr_ratio: float = 0.5,
+                     use_dynamic_loss_scaling: Optional[bool] = None, use_amp_guard: bool = False,
+                     use_promote: bool = False) -> OptimizerWithMixedPrecision:
+    level = level.upper() if isinstance(level, str) else level
+    if level not in ("O0", "OD", "O1", "O2"):
+        raise InvalidArgument(f"decorate: level should be O0, OD, O1 or O2, got {level!r}")
+    amp_dtype = check_amp_dtype(dtype)
+    if amp_lists is not None and level == "OD":
+        warnings.warn("If the Amp level is set to OD, the amp list will not be used.")
+    if amp_lists is None or level == "OD":
+        amp_lists = AutoMixedPrecisionLists(dtype=amp_dtype)
+    if level == "OD":
+        amp_lists.black_list = amp_lists.all_list - amp_lists.white_list
+    if use_dynamic_loss_scaling is None:
+        use_dynamic_loss_scaling = amp_dtype == "float16"
+    if optimizer is not None:
+        _set_multi_precision(optimizer, master_weight is not False)
+    return OptimizerWithMixedPrecision(
+        optimizer, amp_lists, level=level, dtype=amp_dtype, init_loss_scaling=init_loss_scaling,
+        use_dynamic_loss_scaling=use_dynamic_loss_scaling, incr_every_n_steps=incr_every_n_steps,
+        decr_every_n_nan_or_inf=decr_every_n_nan_or_inf, incr_ratio=incr_ratio, decr_ratio=decr_ratio,
+        use_amp_guard=use_amp_guard, use_promote=use_promote, use_master_grad=master_grad)
+
+
+_FP16_ONLY_ARGS = _decorate_fp16_only.__code__.co_varnames[:_decorate_fp16_only.__code__.co_argcount]
+_COMMON_ARGS = _decorate_common.__code__.co_varnames[:_decorate_common.__code__.co_argcount]
+
+
+def decorate(*args: Any, **kwargs: Any) -> OptimizerWithMixedPrecision:
+    """Wrap an optimizer for mixed-precision training (see the module docstring for the two signatures)."""
+    candidates = [fn for fn, names in ((_decorate_fp16_only, _FP16_ONLY_ARGS), (_decorate_common, _COMMON_ARGS))
+                  if all(k in names for k in kwargs)]
+    if len(candidates) == 1:
+        fn = candidates[0]
+    elif len(args) >= 3 and isinstance(args[2], float):
+        fn = _decorate_fp16_only
+    else:
+        fn = _decorate_common
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise InvalidArgument(f"decorate: {exc}") from None
+    return fn(*args, **kwargs)
