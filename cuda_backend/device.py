@@ -23,6 +23,7 @@ import threading
 
 import numpy as np
 
+from refimpl.core.bfloat16 import BFLOAT16
 from refimpl.core.errors import Unavailable
 
 MAXD = 6  # highest rank the broadcasting / strided kernels take (shapes are padded to it)
@@ -215,13 +216,16 @@ def to_device(a):
     if a is None or is_device(a):
         return a
     a = np.asarray(a)
+    if a.dtype == BFLOAT16:  # numba has no bfloat16: the device holds its uint16 patterns (ops_amp.py)
+        a = a.view(np.uint16)
     return cuda.to_device(a if a.flags.c_contiguous else a.copy())  # (ascontiguousarray would make 0-d 1-d)
 
 
 def to_host(a):
     """A host NumPy copy of ``a`` (device or host)."""
     if is_device(a):
-        return a.copy_to_host()
+        host = a.copy_to_host()
+        return host.view(BFLOAT16) if host.dtype == np.uint16 else host  # uint16 on the device is bfloat16
     return np.array(a, copy=True)
 
 

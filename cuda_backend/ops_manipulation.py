@@ -15,7 +15,7 @@ from refimpl.core.errors import InvalidArgument
 from refimpl.ops.manipulation_ops import _sections, resolve_shape
 from refimpl.ops.registry import register_kernel
 
-from . import ew
+from . import ew, ops_amp
 from .device import contiguous_strides, cuda, dev, empty, flat, launch, padded, to_host
 
 
@@ -156,7 +156,10 @@ def cast_to(x, dtype):
 
 
 def cast(X, *, out_dtype):
-    return cast_to(X, to_numpy_dtype(out_dtype))
+    dt = to_numpy_dtype(out_dtype)
+    if dt in ops_amp.LOW_PRECISION or getattr(X, "dtype", None) in ops_amp.LOW_PRECISION_ON_DEVICE:
+        return ops_amp.cast(X, dt)  # float16 / bfloat16 (bfloat16 is uint16 on the device)
+    return cast_to(X, dt)
 
 
 def assign(X):

@@ -8,11 +8,13 @@ relative, 1e-6 absolute, unless the case records its own), and ``eager_deletion_
 Paddle's plan for every block, with and without the loss as a skip var. The builders of
 ``zoo.py`` (``nn.Layer`` models) run in ``tests/test_zoo_builds.py``.
 """
+import contextlib
 import os
 
 import numpy as np
 import pytest
 
+from refimpl.core.bfloat16 import legacy_truncating_cast
 from refimpl.executor import eager_deletion_vars
 from refimpl.framework import Program
 
@@ -30,7 +32,7 @@ REPLAYED |= {"10_grad_clip", "11_grad_clip", "12_grad_clip"}  # reduce_ops.py: 1
 # gradient of the first outer index for every outer index (x of [2, 3, 2], gather on axis 1: both
 # batches get batch 0's gradient), and refimpl computes the true derivative instead.
 REPLAYED |= set()  # index_ops.py + reduce_ops.py
-REPLAYED |= set()  # amp: 05_mlp_bf16, 06_gpt_bf16, 07_mlp_fp16, 16_mlp_fp16
+REPLAYED |= {"05_mlp_bf16", "06_gpt_bf16", "07_mlp_fp16", "16_mlp_fp16"}  # amp
 CASES = sorted(REPLAYED)
 
 # Parameters whose true gradient is zero: a key projection's bias adds q.b_k to every score of a query's
@@ -55,7 +57,9 @@ def _tolerance(d):
 def test_reproduces_recorded_numbers(name):
     d = _case(name)
     rtol, atol = _tolerance(d)
-    _, scope, losses, _ = replay(d)
+    # Paddle 2.6.2's CPU cast to bfloat16 truncated (refimpl/core/bfloat16.py): its cases replay with that cast
+    with legacy_truncating_cast() if d["paddle_version"] == "2.6.2" else contextlib.nullcontext():
+        _, scope, losses, _ = replay(d)
     for step, (got, want) in enumerate(zip(losses, d["fetched_loss"])):
         np.testing.assert_allclose(got, array(want), rtol=rtol, atol=atol, err_msg=f"{name}: loss of step {step}")
     noise = _noise_gradient_params(d)

@@ -3,12 +3,14 @@
 Paddle keeps dtypes as ``core.VarDesc.VarType`` enum members (FP32 = 5,
 INT64 = 3, ...); op attributes such as ``fill_constant.dtype`` store the
 integer. Here a dtype is just its Paddle name (``"float32"``), and this module
-converts between the name, the enum integer and ``numpy.dtype``.
+converts between the name, the enum integer and ``numpy.dtype``. bfloat16
+is ``ml_dtypes.bfloat16`` (``bfloat16.py``: Paddle shows it to Python as uint16).
 """
 from typing import Any
 
 import numpy as np
 
+from .bfloat16 import BFLOAT16
 from .errors import InvalidArgument
 
 # Paddle's VarType enum values for the dense data types.
@@ -23,9 +25,11 @@ _NUMPY = {
     "bool": np.bool_, "int16": np.int16, "int32": np.int32, "int64": np.int64,
     "float16": np.float16, "float32": np.float32, "float64": np.float64,
     "uint8": np.uint8, "int8": np.int8, "complex64": np.complex64,
-    "complex128": np.complex128,
+    "complex128": np.complex128, "bfloat16": BFLOAT16,  # ml_dtypes' (see bfloat16.py)
 }
-_ALIASES = {"float": "float32", "double": "float64", "int": "int64", "half": "float16"}
+# uint16 is bfloat16's bit pattern: Paddle has no uint16 tensors and reads the name, NumPy's uint16 and
+# a uint16 array as bfloat16 (``convert_np_dtype_to_dtype_``)
+_ALIASES = {"float": "float32", "double": "float64", "int": "int64", "half": "float16", "uint16": "bfloat16"}
 
 
 def convert_dtype(dtype: Any) -> str:
@@ -47,6 +51,7 @@ def convert_dtype(dtype: Any) -> str:
             name = np.dtype(dtype).name
         except (TypeError, ValueError):
             name = None
+        name = _ALIASES.get(name, name) if name == "uint16" else name
         if name in VARTYPE:
             return name
     raise InvalidArgument(f"unsupported dtype {_short(dtype)}; expected one of {sorted(VARTYPE)}")

@@ -9,6 +9,7 @@ directly, which is why it is a plain attribute.
 """
 import numpy as np
 
+from .bfloat16 import as_paddle_host, from_bits
 from .dtypes import convert_dtype
 from .errors import InvalidArgument, PreconditionNotMet
 from .place import CPUPlace
@@ -55,6 +56,8 @@ class DenseTensor:
             raise InvalidArgument(f"DenseTensor.set: cannot convert value to an array: {exc}") from None
         if arr.dtype == np.float64 and not isinstance(value, np.ndarray):
             arr = arr.astype(np.float32)
+        if arr.dtype == np.uint16:  # Paddle's bfloat16 bit patterns (it has no uint16 tensors)
+            arr = from_bits(arr)
         convert_dtype(arr.dtype)  # rejects object arrays, strings...
         self._array = arr
         if place is not None:
@@ -93,8 +96,10 @@ class DenseTensor:
         return self._place
 
     def __array__(self, dtype=None, copy=None):
-        """``np.array(t)`` copies (NumPy's default ``copy=True``); ``np.asarray(t)`` may share."""
-        arr = np.asarray(self._check())
+        """``np.array(t)`` copies (NumPy's default ``copy=True``); ``np.asarray(t)`` may share.
+
+        A bfloat16 tensor reads as its uint16 bit patterns, as in Paddle."""
+        arr = as_paddle_host(np.asarray(self._check()))
         if dtype is not None and arr.dtype != np.dtype(dtype):
             return arr.astype(dtype)
         return arr.copy() if copy else arr

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from refimpl.core.bfloat16 import BFLOAT16, from_bits, round_to_bfloat16
 from refimpl.core.errors import InvalidArgument, NotFound
 from refimpl.core.tensor import DenseTensor
 from refimpl.framework.program import Program
@@ -78,17 +79,37 @@ def check_feed(program: Program, feed: Optional[Dict[str, Any]]) -> Dict[str, np
             raise NotFound(f"feed {key if name is None else name!r} is not a variable of the program "
                            f"(known data vars: {sorted(v.name for v in block.vars.values() if v.is_data)})")
         arr = feed_array(name, var, value)
-        if var.dtype is not None and arr.dtype != np.dtype(var.dtype if var.dtype != "bfloat16" else "float32"):
+        if var.dtype == "bfloat16":
+            out[name] = _checked_shape(name, var, bfloat16_feed(name, arr, value))
+            continue
+        if var.dtype is not None and arr.dtype != np.dtype(var.dtype):
             if isinstance(value, (np.ndarray, DenseTensor)):
                 raise InvalidArgument(f"feed {name!r}: dtype {arr.dtype} does not match the variable's "
                                       f"dtype {var.dtype}")
             arr = arr.astype(var.dtype)
-        if var.shape is not None and (var.is_data or var.need_check_feed):
-            if arr.ndim != len(var.shape) or any(d >= 0 and d != a for d, a in zip(var.shape, arr.shape)):
-                raise InvalidArgument(f"feed {name!r}: shape {list(arr.shape)} does not match the variable's "
-                                      f"shape {list(var.shape)} (-1 matches any size)")
-        out[name] = arr
+        out[name] = _checked_shape(name, var, arr)
     return out
+
+
+def _checked_shape(name: str, var: Variable, arr: np.ndarray) -> np.ndarray:
+    if var.shape is not None and (var.is_data or var.need_check_feed):
+        if arr.ndim != len(var.shape) or any(d >= 0 and d != a for d, a in zip(var.shape, arr.shape)):
+            raise InvalidArgument(f"feed {name!r}: shape {list(arr.shape)} does not match the variable's "
+                                  f"shape {list(var.shape)} (-1 matches any size)")
+    return arr
+
+
+def bfloat16_feed(name: str, arr: np.ndarray, value: Any) -> np.ndarray:
+    """A feed of a bfloat16 variable: Paddle takes uint16 bit patterns (refimpl also takes ml_dtypes bfloat16
+    arrays, and rounds a Python list); another array dtype is refused, as Paddle refuses it."""
+    if arr.dtype == BFLOAT16:
+        return arr
+    if arr.dtype == np.uint16:
+        return from_bits(arr)
+    if not isinstance(value, (np.ndarray, DenseTensor)) and arr.dtype.kind in "biuf":
+        return round_to_bfloat16(arr)
+    raise InvalidArgument(f"feed {name!r}: the data type of a fed bfloat16 variable must be 'uint16' (its bit "
+                          f"patterns, as in Paddle) or bfloat16, got {arr.dtype}")
 
 
 def feed_array(name: str, var: Variable, value: Any) -> np.ndarray:
@@ -100,7 +121,7 @@ def feed_array(name: str, var: Variable, value: Any) -> np.ndarray:
     except ValueError as exc:  # NumPy: nested lists of different lengths
         raise InvalidArgument(f"feed {name!r}: a ragged list (rows of different lengths) is not a tensor: "
                               f"{exc}") from None
-    if arr.dtype.kind in "OUSV" and var.type == "DENSE_TENSOR":
+    if arr.dtype.kind in "OUSV" and arr.dtype != BFLOAT16 and var.type == "DENSE_TENSOR":
         what = "Python objects" if arr.dtype.kind in "OV" else "strings"
         raise InvalidArgument(f"feed {name!r}: holds {what} (dtype {arr.dtype}); a tensor feed holds numbers "
                               f"or booleans (dtype {var.dtype})")

@@ -20,6 +20,7 @@ import operator
 
 import numpy as np
 
+from refimpl.core.bfloat16 import BFLOAT16, cast_to_bfloat16
 from refimpl.core.dtypes import VARTYPE_TO_NAME, to_numpy_dtype
 from refimpl.core.errors import InvalidArgument
 
@@ -230,7 +231,9 @@ def _cast_grad_maker(g):
                                                      VARTYPE_TO_NAME[attrs["out_dtype"]])},
              grad=_cast_grad_maker)
 def cast(X, *, out_dtype):
-    return np.asarray(X).astype(to_numpy_dtype(out_dtype))
+    """To bfloat16: round to nearest even, NaN as Paddle writes it (``core/bfloat16.py``)."""
+    dt = to_numpy_dtype(out_dtype)
+    return cast_to_bfloat16(X) if dt == BFLOAT16 else np.asarray(X).astype(dt)
 
 
 def _assign_grad_maker(g):
