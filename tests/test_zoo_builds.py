@@ -23,8 +23,8 @@ from zoo_build import build
 
 BUILT = ["00_lenet", "01_resnet_block", "02_gpt_mini", "03_mlp_layers", "04_tensor_ops",
          "10_grad_clip", "11_grad_clip", "12_grad_clip"]
-BUILT += []  # recompute: 08_mlp_recompute, 09_gpt_recompute
-BUILT += []  # amp: 05_mlp_bf16, 06_gpt_bf16, 07_mlp_fp16, 16_mlp_fp16
+BUILT += ["08_mlp_recompute", "09_gpt_recompute"]  # recompute
+BUILT += ["05_mlp_bf16", "06_gpt_bf16", "07_mlp_fp16", "16_mlp_fp16"]  # amp
 
 # {op type: slots} that only one of 2.6.2 / 3.3.1 has
 VERSION_SLOTS = {"scale": {"BiasTensor"}, "adam": {"Moment2Max", "Moment2MaxOut"},
