@@ -8,7 +8,8 @@ keeps one communicator interface for every backend (``cuda_backend.nccl``
 gives the device-buffer path for a real GPU). ``coalesce_tensor`` builds
 one device buffer with the outputs as views into it, and an in-place
 collective on such a view writes its result back into the buffer, as on the
-CPU, so the other views see it.
+CPU, so the other views see it. ``c_gen_nccl_id`` / ``c_comm_init`` run on
+the host (they only consult the rank context); ``depend`` is an identity.
 """
 import inspect
 import weakref
@@ -144,3 +145,15 @@ def host_staged(fn):
 for _t in ("ps_send", "ps_recv", "ps_geo"):
     if has_op(_t):
         register_kernel(_t, "cuda", host_staged(cpu.get_op_def(_t).kernel("numpy")[0]))
+
+
+# ---- the startup ops of fleet's collective programs and depend: host-side / identity ------------------
+for _t in ("c_gen_nccl_id", "c_comm_init"):
+    register_kernel(_t, "cuda", host_staged(cpu.get_op_def(_t).kernel("numpy")[0]))
+
+
+def depend(X, Dep):
+    return X
+
+
+register_kernel("depend", "cuda", depend)

@@ -2,8 +2,10 @@
 
 The fleet workflow of ``python/paddle/distributed/fleet/fleet.py``'s
 docstrings: a DistributedStrategy with hybrid_configs
-(dp_degree x pp_degree), pipeline_configs (1F1B, accumulate_steps micro-batches)
-and gradient merge, ``fleet.init``, ``fleet.distributed_optimizer``,
+(dp_degree x pp_degree) and pipeline_configs (1F1B, accumulate_steps micro-batches)
+— the pipeline's micro-batches are its gradient merge: with ``gradient_merge``
+also on, Paddle's strategy compiler keeps RawProgram + GradientMerge and drops
+the pipeline, so ``--k-steps`` (default 1) is for that comparison only —, ``fleet.init``, ``fleet.distributed_optimizer``,
 ``minimize``, then a plain ``exe.run`` loop on every rank. Each data-parallel
 replica feeds its own slice of the global batch. At the end every rank checks
 its parameters (and the last stage its losses) against one device trained on
@@ -54,7 +56,7 @@ def main(argv=None):
     p.add_argument("--pp", type=int, default=2)
     p.add_argument("--accumulate-steps", type=int, default=4)
     p.add_argument("--micro-batch-size", type=int, default=2)
-    p.add_argument("--k-steps", type=int, default=2, help="gradient merge steps (1: off)")
+    p.add_argument("--k-steps", type=int, default=1, help="gradient merge steps (1: off)")
     p.add_argument("--schedule", default="1F1B")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--backend", choices=["numpy", "cuda"], default=None,

@@ -189,10 +189,10 @@ def test_deepcopy_repr_and_unimplemented():
     assert "DistributedStrategy Overview" in text and "gradient_merge=True <-> gradient_merge_configs" in text
     assert "k_steps" in text and "Build Strategy" in text
     assert s._unimplemented_enabled() == []
-    s.amp = True
-    s.recompute = True
+    s.amp = True  # applied by fleet's AMPOptimizer: not listed
+    s.sharding = True
     s.hybrid_configs = {"mp_degree": 2}
-    assert s._unimplemented_enabled() == ["amp", "recompute", "hybrid_configs.mp_degree"]
+    assert s._unimplemented_enabled() == ["sharding", "hybrid_configs.mp_degree"]
     assert DistributedStrategy()._unimplemented_enabled(is_collective=False) == ["a_sync"]
 
 

@@ -67,7 +67,7 @@ def test_bad_arguments():
 
 
 @pytest.mark.parametrize("mode", [[], ["--in-process"]])
-def test_fleet_hybrid_dp2_pp2_with_gradient_merge_equals_one_device(mode):
+def test_fleet_hybrid_dp2_pp2_equals_one_device(mode):
     example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
                            "fleet_hybrid.py")
     out = launch("--nproc_per_node", "4", *mode, example, timeout=240)

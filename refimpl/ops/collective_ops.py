@@ -16,7 +16,10 @@ generations exist:
   ``ReduceOp``), ``broadcast``, ``all_gather``, ``reduce_scatter``,
   ``reduce`` (slots ``x`` -> ``out``), and ``send_v2``, ``recv_v2``,
   ``barrier``, ``c_sync_calc_stream``, ``c_sync_comm_stream``,
-  ``coalesce_tensor``, with 3.3.1's slots, attrs and defaults.
+  ``coalesce_tensor``, with 3.3.1's slots, attrs and defaults;
+* the startup ops of fleet's collective programs, ``c_gen_nccl_id``,
+  ``c_comm_init`` and ``depend``, in ``collective_startup_ops`` (imported
+  at the end of this module).
 
 The kernels follow the registry convention; a shared ``prepare`` hook calls
 them and adds two things a kernel cannot see: (1) when ``X`` and ``Out`` are
@@ -26,7 +29,13 @@ it, as in Paddle; (2) ``send_v2`` / ``recv_v2`` record ``send`` / ``recv``
 events (peer, var, bytes) into the executor's trace when one is active, else
 into the rank's comm trace (``set_comm_trace``). Differences: there are no
 streams (ops run one at a time), so the ``c_sync_*`` ops are identities;
-``coalesce_tensor`` zero-fills its padding. Every op here is registered with
+``coalesce_tensor`` zero-fills its padding. Paddle's ``coalesce_tensor``
+with ``copy_data=False`` before the backward makes the gradients views of
+its buffer, which the backward ops then fill; refimpl kernels return new
+arrays, so an allreduce of such a buffer first coalesces the current
+values of its member variables again (``copy_data=True``, the same kernel
+on every backend) and runs on that buffer: the values Paddle's aliasing
+gives. Every op here is registered with
 ``writes_inputs=True``: a kernel may write into its input array (an
 in-place collective on a fused buffer does).
 """
@@ -80,8 +89,12 @@ def _prepare_comm(ctx, op):
     event = {"send_v2": "send", "recv_v2": "recv"}.get(op.type)
     where = {"block": ctx.block.idx, "op": ctx.block.ops.index(op), "op_type": op.type}
     peer, ring_id, mem = attrs.get("peer"), attrs.get("ring_id", 0), ctx.memory
+    cat = mem.tracked(out_name) if out_name else None  # the output's memory category (memory_categories)
+    recoalesce = _recoalesce(ctx, x_name) if inplace and op.type in _ALLREDUCES else None
 
     def run():
+        if recoalesce is not None:
+            recoalesce()
         if src is not None:
             x = src._array
             if x is None:
@@ -94,11 +107,38 @@ def _prepare_comm(ctx, op):
             comm_context.record(event, x_name or out_name, a.nbytes, peer, ring_id,
                            trace=ctx.run_ctx.get("trace"), **where)
         if dst is not None:
-            _write(dst, res, inplace, mem)
+            _write(dst, res, inplace, mem, cat)
     return run
 
 
-def _write(dst, res, inplace, mem):
+_ALLREDUCES = ("all_reduce", "c_allreduce_sum", "c_allreduce_max", "c_allreduce_min", "c_allreduce_prod",
+               "c_allreduce_avg")
+
+
+def _recoalesce(ctx, fused_name):
+    """For the buffer of a ``coalesce_tensor(copy_data=False)`` of this block: a function coalescing the
+    current values of its members into a new buffer (see the module docstring); else None."""
+    maker = next((o for o in ctx.block.ops if o.type == "coalesce_tensor"
+                  and o.outputs.get("FusedOutput") == [fused_name] and not o.all_attrs().get("copy_data")), None)
+    if maker is None:
+        return None
+    opdef = get_op_def("coalesce_tensor")
+    fn, attr_names, _ = opdef.kernel(ctx.backend)
+    attrs = maker.all_attrs()
+    kw = {a: attrs[a] if a in attrs else opdef.default(a) for a in attr_names}
+    kw["copy_data"] = True
+    members = [ctx.tensor(n) for n in maker.outputs.get("Output", [])]
+    fused = ctx.tensor(fused_name)
+
+    def run():
+        views, buf = fn([t._array for t in members], **kw)
+        for t, v in zip(members, views):
+            t._array = v
+        fused._array = buf
+    return run
+
+
+def _write(dst, res, inplace, mem, cat=None):
     old = dst._array
     if (inplace and old is not None and old is not res and old.shape == res.shape
             and old.dtype == res.dtype and isinstance(old, np.ndarray) and old.flags.writeable
@@ -106,9 +146,7 @@ def _write(dst, res, inplace, mem):
         np.copyto(old, res)
         return
     dst._array = res
-    mem.live += res.nbytes - (old.nbytes if old is not None else 0)
-    if mem.live > mem.peak:
-        mem.peak = mem.live
+    mem.add(cat, res.nbytes - (old.nbytes if old is not None else 0))
 
 
 def _comm_op(type, inputs, outputs, attrs, infer_shape=None):
@@ -348,3 +386,6 @@ def coalesce_tensor(Input, *, dtype, copy_data, set_constant, constant, use_alig
                 raise PreconditionNotMet(f"coalesce_tensor: copy_data is set but Input[{i}] holds no value")
             np.copyto(dst, a)
     return outs, fused
+
+
+from . import collective_startup_ops  # noqa: E402,F401  (c_gen_nccl_id, c_comm_init, depend)

@@ -51,6 +51,7 @@ load_model = fleet.load_model
 shrink = fleet.shrink
 distributed_optimizer = fleet.distributed_optimizer
 minimize = fleet.minimize
+amp_init = fleet.amp_init
 get_hybrid_communicate_group = fleet.get_hybrid_communicate_group
 collective_perf = fleet.collective_perf
 

@@ -23,7 +23,11 @@ Differences from Paddle:
   ``init``, when a degree is > 1 (context / expert / moe-sharding > 1:
   ``Unimplemented``); no model-parallel RNG seeding. ``init`` returns the fleet.
 * ``distributed_optimizer`` returns a ``meta_optimizers.DistributedOptimizer``
-  (Paddle's static one returns the fleet); ``fleet.minimize`` delegates to it.
+  (Paddle's static one returns the fleet); ``fleet.minimize`` delegates to it,
+  and it runs Paddle's ``_minimize_impl`` (the meta-optimizer factory and
+  strategy compiler), putting Paddle's context (``valid_strategy``,
+  ``applied_meta_list`` ...) back here; ``amp_init`` forwards to its AMP
+  meta-optimizer.
 * ``collective_perf`` runs the body of ``fleet.py``'s ``collective_perf``
   (Paddle 3.3.1 comments it out), warms up on the tested group (Paddle's warm-up has no group and only warns)
   and returns ``{nbytes: seconds per iteration}``.
@@ -195,11 +199,14 @@ class Fleet(CollectivePerf, ParameterServerAPI):
         applied = getattr(self._distributed_optimizer, "applied_strategy", None)
         return applied if applied is not None else self._user_defined_strategy
 
-    def record_minimized(self, runtime_handle: Any, ps_job: Any = None) -> None:
-        """What ``DistributedOptimizer.minimize`` made: the runtime handle and, in PS mode, the split job."""
+    def record_minimized(self, runtime_handle: Any, ps_job: Any = None, context: Optional[dict] = None) -> None:
+        """What ``DistributedOptimizer.minimize`` made: the runtime handle, in PS mode the split job, and
+        Paddle's context (``valid_strategy``, ``applied_meta_list`` ...)."""
         self._runtime_handle = runtime_handle
         if ps_job is not None:
             self._ps_job = ps_job
+        if context is not None:
+            self._context = context
 
     # ---- init ----------------------------------------------------------------------------------
     def init(self, role_maker: Optional[RoleMakerBase] = None, is_collective: bool = False,
@@ -378,6 +385,13 @@ class Fleet(CollectivePerf, ParameterServerAPI):
                                 'subclasses such as "Adam" (call fleet.distributed_optimizer(optimizer) '
                                 'before fleet.minimize)')
         return self._distributed_optimizer.minimize(loss, startup_program, parameter_list, no_grad_set)
+
+    def amp_init(self, place: Any, scope: Any = None, test_program: Any = None,
+                 use_fp16_test: bool = False) -> Any:
+        """Cast the fp32 parameters of an AMP (pure fp16) program after the startup ran (Paddle's ``amp_init``)."""
+        if self._distributed_optimizer is None:
+            raise PreconditionNotMet("amp_init: call fleet.distributed_optimizer(...) and minimize first")
+        return self._distributed_optimizer.amp_init(place, scope, test_program, use_fp16_test)
 
     def _report(self, key, empty, name):
         """``self._context[key]`` (Paddle's place), else the DistributedOptimizer's own ``name()`` report."""

@@ -112,9 +112,9 @@ def _bad_flag(flag):
         f"The type of `flag` is invalid, expected type is bool, but received {type(flag)}")
 
 
-# Unsupported by refimpl when switched on (see _unimplemented_enabled)
-UNIMPLEMENTED_SWITCHES = ("amp", "recompute", "localsgd", "adaptive_localsgd", "dgc", "lars", "lamb", "sharding",
-                          "tensor_parallel", "asp", "qat", "fp16_allreduce", "elastic", "auto", "semi_auto",
+# Unsupported by refimpl when switched on (see _unimplemented_enabled); amp, recompute, lars, lamb, dgc,
+# localsgd, adaptive_localsgd and fp16_allreduce are applied by fleet's meta-optimizers
+UNIMPLEMENTED_SWITCHES = ("sharding", "tensor_parallel", "asp", "qat", "elastic", "auto", "semi_auto",
                           "auto_search", "heter_ccl_mode", "is_fl_ps_mode", "sync_batch_norm",
                           "use_hierarchical_allreduce", "fuse_grad_merge", "adam_d2sum")
 _UNIMPLEMENTED_DEGREES = ("mp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",

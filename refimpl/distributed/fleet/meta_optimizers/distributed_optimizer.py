@@ -1,27 +1,32 @@
-"""The strategy compiler and ``fleet.distributed_optimizer``'s optimizer.
+"""``DistributedOptimizer``: what ``fleet.distributed_optimizer`` returns; its ``minimize`` is fleet's.
 
-Mirrors ``paddle.distributed.fleet``'s static-graph meta-optimizers: the
-strategy decides which of them wrap the user's optimizer —
-``PipelineOptimizer`` (``pipeline`` / ``pp_degree > 1``: the program becomes
-this rank's pipeline Plan, with ``schedule_mode`` among the six schedules),
-``GradientMergeOptimizer`` (``gradient_merge``: update every ``k_steps``
-runs) and ``RawProgramOptimizer`` (data parallelism by allreduce insertion
-when there are several workers and no pipeline; with a pipeline the
-data-parallel allreduce happens inside each optimizer job; as in Paddle it
-is also listed for a lone collective worker, where it inserts nothing).
-``minimize`` records the runtime with ``fleet.record_minimized``. Their
-combinations work; ``_get_applied_meta_list()`` and ``_final_strategy()``
-report what was applied. Switches refimpl does not implement (amp,
-recompute, sharding, ...) raise Unimplemented naming the switch. Made by
-``fleet.distributed_optimizer``, ``minimize`` before ``fleet.init`` raises
-``NotInitialized`` (also an ``AttributeError``, as Paddle's fails); made
-directly with no fleet, it runs on the ranks of ``paddle.distributed``.
+Mirrors ``Fleet._minimize_impl`` of ``paddle/distributed/fleet/fleet.py``
+(Paddle 3.3.1, static graph): every meta-optimizer class of
+``MetaOptimizerFactory`` is made over the user's optimizer, told the loss,
+role maker and a copy of the strategy (``_set_basic_info``; in strict auto
+mode each first turns its switch on with ``_enable_strategy``), and asked
+``_can_apply()``. The ``StrategyCompiler`` picks the longest chain of the
+applicable ones (white lists) and returns its head; the valid strategy is
+the copy with every meta-optimizer not in the chain disabled
+(``_disable_strategy``) — what ``_final_strategy()`` reports, with
+``_get_applied_meta_list()`` / ``_get_applied_graph_list()``. The head's
+``minimize`` then builds the program (with no head, the user's optimizer's).
+The results are also put in the fleet's context, as Paddle does.
 
-In parameter-server mode (``fleet.init()`` without ``is_collective``, on a
-PS job) none of these apply: ``minimize`` runs the inner optimizer, then
-``refimpl.distributed.ps.transpile`` (Paddle: ``ParameterServerOptimizer``),
-which turns the program into this job's worker program and keeps the server
-programs for ``fleet.init_server``.
+Differences:
+
+* refimpl returns this object from ``fleet.distributed_optimizer``
+  (Paddle returns the fleet itself); made directly with no fleet it runs on
+  the ranks of ``paddle.distributed`` (a collective role of that world);
+* before anything is built, every meta-optimizer of the chain checks its
+  configs (``_check_configs``: AMP lists naming unknown ops, a loss scale
+  <= 0, checkpoints that are no variable, switches refimpl does not
+  implement) and raises a typed error naming the option and the value —
+  the same on every rank, since it depends only on the program and the
+  strategy; switches no meta-optimizer covers that refimpl lacks (auto,
+  hybrid mp degree ...) raise Unimplemented too;
+* ``_minimize_impl``'s build-strategy passes over the program
+  (``apply_ir_passes``) and the ``_fleet_opt`` trainer info are not applied.
 """
 from __future__ import annotations
 
@@ -30,10 +35,10 @@ from typing import Any, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple
 
 from refimpl.core.errors import InvalidArgument, Unimplemented
 from refimpl.distributed import collective
-from refimpl.framework.program import default_startup_program
 
+from ..base.meta_optimizer_factory import MetaOptimizerFactory
 from ..base.runtime_factory import RuntimeFactory
-from .pipeline_optimizer import apply_pipeline
+from ..base.strategy_compiler import StrategyCompiler
 
 if TYPE_CHECKING:
     from refimpl.distributed.fleet.base.distributed_strategy import DistributedStrategy
@@ -42,6 +47,32 @@ if TYPE_CHECKING:
     from refimpl.framework.program import Program
     from refimpl.framework.variable import Parameter, Variable
     from refimpl.optimizer.optimizer import Optimizer
+
+# switches with no meta-optimizer of their own, which refimpl does not implement either
+_NOT_COVERED = ("auto", "semi_auto", "auto_search", "elastic", "heter_ccl_mode", "is_fl_ps_mode",
+                "sync_batch_norm", "use_hierarchical_allreduce", "fuse_grad_merge", "adam_d2sum")
+
+
+class _WorldRoleMaker:
+    """A collective role on the ranks of ``paddle.distributed`` (a DistributedOptimizer made without fleet).
+
+    Its endpoints are made up (``127.0.0.1:6170 + rank``): they only fill the attrs of the startup
+    ops, whose refimpl kernels do not connect to them.
+    """
+
+    _is_collective = True
+
+    def _worker_index(self) -> int:
+        return collective.get_rank()
+
+    def _worker_num(self) -> int:
+        return collective.get_world_size()
+
+    def _get_trainer_endpoints(self) -> List[str]:
+        return [f"127.0.0.1:{6170 + r}" for r in range(self._worker_num())]
+
+    def _is_non_distributed(self) -> bool:
+        return False
 
 
 class DistributedOptimizer:
@@ -56,145 +87,112 @@ class DistributedOptimizer:
         self.inner_opt = inner_optimizer
         self.user_defined_strategy = strategy if strategy is not None else DistributedStrategy()
         self.fleet = fleet
-        self._applied = []
-        self._final = None
+        self.strategy_compiler = StrategyCompiler()
+        self.meta_optimizer: Any = None
+        self._final: Optional[DistributedStrategy] = None
 
-    # ---- what the strategy asks for -------------------------------------------
     @property
     def applied_strategy(self) -> Optional[DistributedStrategy]:
         """The strategy ``minimize`` applied (None before it): ``_final_strategy()`` without the error."""
         return self._final
 
-    def _world(self):
-        if self.fleet is not None:
-            return self.fleet.worker_index(), self.fleet.worker_num()
-        return collective.get_rank(), collective.get_world_size()
+    def _role_maker(self) -> Any:
+        return self.fleet.role_maker if self.fleet is not None else _WorldRoleMaker()
 
-    def _degrees(self, world):
-        hc = self.user_defined_strategy.hybrid_configs
-        pp = int(hc.get("pp_degree", 1) or 1)
-        dp = int(hc.get("dp_degree", -1))
-        if dp in (-1, 0):
-            dp = max(1, world // pp)
-        if dp * pp != world:
-            raise InvalidArgument(f"hybrid_configs: dp_degree ({dp}) x pp_degree ({pp}) must equal the number "
-                                  f"of workers ({world})")
-        return dp, pp
+    # ---- Paddle's _minimize_impl, up to the choice of the chain -----------------------------
+    def _compile(self, loss: Variable) -> Tuple[Any, List[Any], Any]:
+        """(head of the chain or None, the chain, the valid strategy); nothing is built yet."""
+        rm = self._role_maker()
+        strategy = copy.deepcopy(self.user_defined_strategy)
+        candidates = MetaOptimizerFactory()._get_valid_meta_optimizers(self.inner_opt)
+        if strategy._is_strict_auto():
+            for opt in candidates:
+                opt._enable_strategy(strategy, {})
+        valid, graph, cannot = [], [], []
+        for opt in candidates:
+            opt._set_basic_info(loss, rm, self.inner_opt, strategy)
+            if isinstance(opt, PipelineOptimizer):
+                opt.fleet = self.fleet
+            if opt._can_apply():
+                (graph if opt._is_graph_out() else valid).append(opt)
+            else:
+                cannot.append(opt)
+        head, _ = self.strategy_compiler.generate_optimizer(loss, rm, self.inner_opt, strategy, valid, graph)
+        chain = self.strategy_compiler._get_applied_meta_optimizer()
+        return (head if chain else None), chain, self.strategy_compiler._get_valid_strategy(strategy, cannot)
 
-    def _check_supported(self, is_collective=True):
-        missing = self.user_defined_strategy._unimplemented_enabled(is_collective)
-        if missing:
-            raise Unimplemented(f"DistributedStrategy.{missing[0]} is set, but refimpl does not implement it "
-                                f"(all such switches set: {missing})")
+    def _check(self, loss: Variable, chain: Sequence[Any]) -> None:
+        s = self.user_defined_strategy
+        for opt in chain:
+            opt._check_configs(loss)
+        if not isinstance(chain[0] if chain else None, ParameterServerOptimizer):
+            missing = [n for n in _NOT_COVERED if getattr(s, n) is True]
+            missing += [f"hybrid_configs.{k}" for k in ("mp_degree", "sharding_degree", "sep_degree", "cp_degree",
+                                                        "ep_degree", "moe_sharding_degree")
+                        if s.hybrid_configs[k] > 1]
+            if missing:
+                raise Unimplemented(f"DistributedStrategy.{missing[0]} is set, but refimpl does not implement it "
+                                    f"(all such switches set: {missing})")
 
-    # ---- minimize ---------------------------------------------------------------
+    # ---- minimize ---------------------------------------------------------------------------
     def minimize(self, loss: Variable, startup_program: Optional[Program] = None,
                  parameter_list: Optional[Sequence[Any]] = None,
                  no_grad_set: Optional[Set[Any]] = None
                  ) -> Tuple[List[Operator], List[Tuple[Parameter, Variable]]]:
-        """Backward and update of the inner optimizer, rewritten as the strategy says."""
+        """Backward and update of the inner optimizer, rewritten by the chosen meta-optimizers."""
         if self.fleet is not None and self.fleet.role_maker is None:
             from refimpl.distributed.fleet.fleet import NotInitialized
             raise NotInitialized("DistributedOptimizer.minimize: fleet is not initialized on this rank: call "
                                  "fleet.init(...) before minimize")
-        if self._is_ps():
-            return self._minimize_ps(loss, startup_program, parameter_list, no_grad_set)
-        self._check_supported()
-        s = self.user_defined_strategy
-        rank, world = self._world()
-        dp, pp = self._degrees(world)
-        gm = s.gradient_merge_configs if s.gradient_merge else {"k_steps": 1, "avg": True}
-        k = int(gm.get("k_steps", 1))
-        startup = startup_program or default_startup_program()
-        optimize_ops, params_grads = self.inner_opt.minimize(loss, startup, parameter_list, no_grad_set)
-        main = loss.block.program
-        applied = []
-        if s.pipeline or pp > 1:
-            apply_pipeline(main, startup, loss, s.pipeline_configs, rank, dp, pp, k, self.fleet)
-            applied.append("PipelineOptimizer")
-            if dp > 1:
-                applied.append("RawProgramOptimizer")
+        head, chain, valid = self._compile(loss)
+        self._check(loss, chain)
+        self.meta_optimizer = head
+        self._final = valid
+        rm = self._role_maker()
+        if self.fleet is not None and not self.fleet.is_collective and rm._is_non_distributed():
+            head = None  # Paddle: a lone non-collective process minimizes with the user's optimizer
+        if head is None:
+            optimize_ops, params_grads = self.inner_opt.minimize(loss, startup_program, parameter_list,
+                                                                 no_grad_set)
         else:
-            if world > 1 or self._raw_program_applies():
-                applied.append("RawProgramOptimizer")
-            if world > 1:
-                from refimpl.distributed.passes.data_parallel import apply_data_parallel
-                from refimpl.static.build_strategy import BuildStrategy
-                apply_data_parallel(main, world, rank, BuildStrategy())
-                _broadcast_params(startup, main)
-            if k > 1:
-                from refimpl.distributed.passes import new_pass
-                new_pass("auto_parallel_gradient_merge_pass",
-                         {"k_steps": k, "avg": bool(gm.get("avg", True)),
-                          "gradient_sync_after_accumulate": world > 1,
-                          "params_grads": params_grads}).apply([main], [startup])
-        if k > 1:
-            applied.append("GradientMergeOptimizer")
-        self._applied = applied
-        self._final = self._final_from(applied)
-        self._set_runtime()
+            optimize_ops, params_grads = head.minimize(loss, startup_program, parameter_list, no_grad_set)
+        self._record(loss, valid, getattr(head, "ps_job", None))
         return optimize_ops, params_grads
 
-    def _raw_program_applies(self):
-        """Paddle's ``RawProgramOptimizer._can_apply``: collective, no tensor parallel / sharding, the default
-        ``without_graph_optimization`` (it is listed even for one worker, where it inserts nothing)."""
-        s = self.user_defined_strategy
-        collective = self.fleet is not None and self.fleet.is_collective
-        return collective and s.without_graph_optimization and not (s.tensor_parallel or s.sharding)
+    def _record(self, loss: Variable, valid: Any, ps_job: Any) -> None:
+        """Paddle's fleet context and runtime handle."""
+        if self.fleet is None:
+            return
+        context = {"user_defined_strategy": copy.deepcopy(self.user_defined_strategy), "loss": loss,
+                   "origin_main_program": loss.block.program, "role_maker": self.fleet.role_maker,
+                   "valid_strategy": valid, "applied_meta_list": self._get_applied_meta_list(),
+                   "applied_graph_list": self._get_applied_graph_list()}
+        self.fleet.record_minimized(RuntimeFactory()._create_runtime(context), ps_job, context)
 
-    def _set_runtime(self, ps_job=None):
-        """Paddle's ``fleet.minimize`` creates the runtime handle the PS methods need."""
-        if self.fleet is not None:
-            context = {"role_maker": self.fleet.role_maker, "valid_strategy": self._final}
-            self.fleet.record_minimized(RuntimeFactory()._create_runtime(context), ps_job)
+    def _get_applied_meta_list(self) -> List[str]:
+        return self.strategy_compiler._get_applied_meta_list()
 
-    # ---- parameter-server mode (Paddle: ParameterServerOptimizer) ---------------------------
-    def _is_ps(self):
-        rm = self.fleet.role_maker if self.fleet is not None else None
-        return rm is not None and not self.fleet.is_collective and not rm._is_non_distributed()
+    def _get_applied_graph_list(self) -> List[str]:
+        return self.strategy_compiler._get_applied_graph_list()
 
-    def _minimize_ps(self, loss, startup_program, parameter_list, no_grad_set):
-        from refimpl.distributed import ps
-        missing = [m for m in self.user_defined_strategy._unimplemented_enabled(False) if m != "a_sync"]
-        if missing:
-            raise Unimplemented(f"DistributedStrategy.{missing[0]} is set, but refimpl's parameter-server mode "
-                                f"does not implement it (all such switches set: {missing})")
-        startup = startup_program or default_startup_program()
-        optimize_ops, params_grads = self.inner_opt.minimize(loss, startup, parameter_list, no_grad_set)
-        rm = self.fleet.role_maker
-        job = ps.transpile(loss.block.program, startup, params_grads, self.user_defined_strategy,
-                           rm._server_num(), rm._worker_num())
-        self._applied = ["ParameterServerOptimizer"]
-        self._final = self._final_from(self._applied)
-        self._set_runtime(job)
-        return optimize_ops, params_grads
-
-    def _final_from(self, applied):
-        final = copy.deepcopy(self.user_defined_strategy)
-        final.pipeline = "PipelineOptimizer" in applied
-        final.gradient_merge = "GradientMergeOptimizer" in applied
-        return final
-
-    def _get_applied_meta_list(self):
-        return list(self._applied)
-
-    def _get_applied_graph_list(self):
-        """Paddle's graph optimizers (``GraphExecutionOptimizer``): refimpl applies none."""
-        return []
-
-    def _final_strategy(self):
+    def _final_strategy(self) -> DistributedStrategy:
         if self._final is None:
             raise InvalidArgument("_final_strategy: call minimize first")
         return self._final
 
-    def __getattr__(self, name):  # everything else (get_lr, step ...) comes from the inner optimizer
+    def amp_init(self, place: Any, scope: Any = None, test_program: Any = None, use_fp16_test: bool = False) -> Any:
+        """Paddle's ``fleet.amp_init``: the AMP meta-optimizer's ``amp_init`` (after minimize)."""
+        amp = next((o for o in self.strategy_compiler._get_applied_meta_optimizer()
+                    if type(o).__name__ == "AMPOptimizer"), None)
+        if amp is None:
+            raise InvalidArgument("amp_init: AMP is not applied (set strategy.amp and call minimize first)")
+        return amp.amp_init(place, scope, test_program, use_fp16_test)
+
+    def __getattr__(self, name: str) -> Any:  # everything else (get_lr, step ...) comes from the inner optimizer
+        if name in ("inner_opt", "__setstate__"):
+            raise AttributeError(name)
         return getattr(self.inner_opt, name)
 
 
-def _broadcast_params(startup, main):
-    """Every worker starts from worker 0's parameters (Paddle's RawProgramOptimizer broadcast)."""
-    block = startup.global_block()
-    for p in main.all_parameters():
-        if p.name in block.vars:
-            block.append_op(type="c_broadcast", inputs={"X": [p.name]}, outputs={"Out": [p.name]},
-                            attrs={"ring_id": 0, "root": 0, "use_calc_stream": True})
+from .pipeline_optimizer import PipelineOptimizer  # noqa: E402
+from .ps_optimizer import ParameterServerOptimizer  # noqa: E402

@@ -5,9 +5,11 @@ of Paddle 3.3.1: an ``Optimizer`` whose ``backward``, ``apply_gradients``
 and ``apply_optimize`` forward to ``inner_opt``, whose ``minimize`` is
 ``minimize_impl`` (backward, then apply_optimize), and which by default
 cannot apply (``_can_apply()`` is False) and leaves ``_disable_strategy`` /
-``_enable_strategy`` to subclasses. Difference: refimpl's own meta-optimizers
-(pipeline, gradient merge, raw program) are not subclasses of it; they are
-chosen by ``distributed_optimizer.DistributedOptimizer``.
+``_enable_strategy`` to subclasses; ``_can_update(other)`` is whether
+``other``'s class name is in ``meta_optimizers_white_list``, the edge the
+strategy compiler chains by. Addition: ``_check_configs(loss)``, called on
+each meta-optimizer of the chosen chain before anything is built (by
+``distributed_optimizer.DistributedOptimizer``), to reject bad configs.
 """
 from __future__ import annotations
 
@@ -45,6 +47,9 @@ class MetaOptimizerBase(Optimizer):
 
     def _can_apply(self) -> bool:
         return False
+
+    def _check_configs(self, loss: Variable) -> None:
+        """refimpl: reject bad configs before anything is built (typed errors); nothing to check here."""
 
     def _is_graph_out(self) -> bool:
         return False

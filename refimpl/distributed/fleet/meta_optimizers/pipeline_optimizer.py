@@ -1,6 +1,8 @@
 """PipelineOptimizer: turn the minimized program into this rank's pipeline Plan.
 
-Mirrors the role of Paddle's static ``PipelineOptimizer`` meta-optimizer: the
+Mirrors the role of Paddle's static ``PipelineOptimizer`` meta-optimizer
+(``paddle/distributed/fleet/meta_optimizers/pipeline_optimizer.py``, whose
+applicability rules and white list the class follows); the
 program (stages marked with ``device_guard("gpu:k")`` / ``("stage:k")``, or
 cut evenly when nothing is marked) is split into stages, this rank's stage
 gets its job programs and job list for ``schedule_mode`` with
@@ -9,11 +11,14 @@ gets its job programs and job list for ``schedule_mode`` with
 marks the program and runs it with its pipeline trainer). With data
 parallelism each replica's pipeline has its own transfer rings and the
 optimizer job all-reduces the accumulated gradients over the replicas; with
-gradient merge the update happens every ``k_steps`` runs.
+gradient merge (``apply_pipeline``'s ``k_steps``) the update happens every ``k_steps``
+runs. Difference: Paddle's legacy pipeline program (its section programs,
+``send_v2`` / ``recv_v2`` and ring layout) is not reproduced: refimpl runs
+its own Plan with the same numbers.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, TYPE_CHECKING
+from typing import Any, Dict, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple
 
 import numpy as np
 
@@ -22,6 +27,8 @@ from refimpl.distributed.communication import context
 from refimpl.distributed.pipeline.partition import even_cuts
 from refimpl.distributed.pipeline.runner import build_pipeline
 from refimpl.executor.plan_executor import PlanExecutor
+
+from .meta_optimizer_base import MetaOptimizerBase, ParamsGrads
 
 if TYPE_CHECKING:
     from refimpl.core.scope import Scope
@@ -69,10 +76,19 @@ def _topology(rank, dp, pp, fleet):
     if dp > 1:  # one ring per stage, created by every rank in the same order
         for s in range(pp):
             ring = _RING_BASE - 1 - s
-            if ring not in ctx.groups:
+            if ring not in ctx.groups and _can_host(ctx, dp * pp):
                 ctx.add_group(ring, [dd * pp + s for dd in range(dp)])
         dp_ring = _RING_BASE - 1 - stage
     return d, stage, pipes, dp_ring
+
+
+def _can_host(ctx: Any, world: int) -> bool:
+    """Whether this rank context's world has the ``world`` ranks the pipeline's rings name.
+
+    A lone process building the program of one trainer among several (as Paddle's unit tests do) has
+    not: the rings are then left out, and running that program raises NotFound naming the ring.
+    """
+    return ctx.world_size >= world
 
 
 def apply_pipeline(main: Program, startup: Program, loss: Variable, configs: Dict[str, Any], rank: int,
@@ -92,7 +108,7 @@ def apply_pipeline(main: Program, startup: Program, loss: Variable, configs: Dic
     for dd, ranks in enumerate(pipes):  # every rank creates every replica's rings, in the same order
         for r in range(1, n_rings + 1):
             ring = _RING_BASE + dd * _RING_STRIDE + r
-            if ring not in ctx.groups:
+            if ring not in ctx.groups and _can_host(ctx, dp * pp):
                 ctx.add_group(ring, ranks)
     _extend_startup(startup, pipeline.startup)
     main._pipeline_opt = PipelineRun(pipeline, stage)
@@ -130,3 +146,63 @@ class PipelineRun:
         out = self.executor.run(self.plan, feed=feed, fetch_list=here, scope=scope, trace=trace)
         got = dict(zip(here, out))
         return [np.asarray(got[n]) if n in got else None for n in names]
+
+
+class PipelineOptimizer(MetaOptimizerBase):
+    """Fleet's ``PipelineOptimizer``: when it applies, and the Plan it makes (see the module docstring).
+
+    Paddle 3.3.1 (``meta_optimizers/pipeline_optimizer.py``): applies in
+    collective mode when ``pipeline`` is on and sharding is off; may wrap
+    recompute and AMP. The stage count is ``hybrid_configs["pp_degree"]``
+    when > 1, else the number of stages the program marks with
+    ``device_guard``; the remaining workers are data-parallel replicas.
+    """
+
+    def __init__(self, optimizer: Any) -> None:
+        super().__init__(optimizer)
+        self.meta_optimizers_white_list = ["RecomputeOptimizer", "AMPOptimizer"]
+        self.meta_optimizers_black_list = []
+        self.pipeline: Optional[Pipeline] = None
+        self.fleet: Optional[Fleet] = None
+
+    def _can_apply(self) -> bool:
+        s = self.user_defined_strategy
+        return bool(self.role_maker._is_collective and not s.sharding and s.pipeline)
+
+    def _disable_strategy(self, dist_strategy: Any) -> None:
+        dist_strategy.pipeline = False
+        dist_strategy.pipeline_configs = {"micro_batch_size": 1, "accumulate_steps": 1, "schedule_mode": "1F1B"}
+
+    def _enable_strategy(self, dist_strategy: Any, context: Optional[dict] = None) -> None:
+        dist_strategy.pipeline = True
+        dist_strategy.pipeline_configs = {"micro_batch_size": 1, "accumulate_steps": 1, "schedule_mode": "1F1B"}
+
+    def _degrees(self, main: Program) -> Tuple[int, int]:
+        from refimpl.distributed.pipeline.partition import _device_stage
+        world = self.role_maker._worker_num()
+        hc = self.user_defined_strategy.hybrid_configs
+        pp = int(hc.get("pp_degree", 1) or 1)
+        if pp <= 1:
+            marks = {_device_stage(op) for op in main.global_block().ops} - {None}
+            pp = len(marks) if marks else world
+        if world % pp != 0:
+            raise InvalidArgument(f"pipeline: {world} workers cannot hold whole pipelines of {pp} stages")
+        dp = int(hc.get("dp_degree", -1))
+        if dp in (-1, 0):
+            dp = world // pp
+        if dp * pp != world:
+            raise InvalidArgument(f"hybrid_configs: dp_degree ({dp}) x pp_degree ({pp}) must equal the number "
+                                  f"of workers ({world})")
+        return dp, pp
+
+    def minimize_impl(self, loss: Variable, startup_program: Optional[Program] = None,
+                      parameter_list: Optional[Sequence[Any]] = None,
+                      no_grad_set: Optional[Set[Any]] = None) -> Tuple[List[Any], ParamsGrads]:
+        from refimpl.framework.program import default_startup_program
+        startup = startup_program or default_startup_program()
+        main = loss.block.program
+        dp, pp = self._degrees(main)
+        optimize_ops, params_grads = self.inner_opt.minimize(loss, startup, parameter_list, no_grad_set)
+        self.pipeline = apply_pipeline(main, startup, loss, self.user_defined_strategy.pipeline_configs,
+                                       self.role_maker._worker_index(), dp, pp, 1, self.fleet)
+        return optimize_ops, params_grads

@@ -1,0 +1,80 @@
+"""``RecomputeOptimizer`` (fleet): recompute the forward between checkpoints in backward.
+
+Mirrors ``paddle/distributed/fleet/meta_optimizers/recompute_optimizer.py``
+of Paddle 3.3.1: applies in collective mode when ``recompute`` is on and
+``recompute_configs["checkpoints"]`` is not empty (with none it silently does
+not apply, and the final strategy shows recompute off); wraps
+``refimpl.incubate.optimizer.RecomputeOptimizer`` with those checkpoints;
+may wrap LARS, LAMB and DGC. ``enable_offload`` raises Unimplemented naming
+it (refimpl has no pinned host memory). Addition: ``_check_configs``
+rejects checkpoint names that are no variable of the loss's program.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Set, Tuple
+
+from refimpl.core.errors import InvalidArgument, Unimplemented
+
+from .meta_optimizer_base import MetaOptimizerBase, ParamsGrads
+
+
+class RecomputeOptimizer(MetaOptimizerBase):
+    def __init__(self, optimizer: Any) -> None:
+        super().__init__(optimizer)
+        self.wrapped_opt: Any = None
+        self.meta_optimizers_white_list = ["LarsOptimizer", "LambOptimizer", "DGCOptimizer"]
+        self.meta_optimizers_black_list = []
+
+    def _init_wrapped_opt(self) -> None:
+        if self.wrapped_opt is not None:
+            return
+        from refimpl.incubate.optimizer import RecomputeOptimizer as RO
+        configs = self.user_defined_strategy.recompute_configs
+        self.wrapped_opt = RO(self.inner_opt)
+        self.wrapped_opt._set_checkpoints(list(configs["checkpoints"]))
+        if configs["enable_offload"]:
+            self.wrapped_opt._enable_offload()
+
+    def _can_apply(self) -> bool:
+        if not self.role_maker._is_collective:
+            return False
+        s = self.user_defined_strategy
+        return bool(s.recompute) and len(s.recompute_configs["checkpoints"]) > 0
+
+    def _check_configs(self, loss: Any) -> None:
+        configs = self.user_defined_strategy.recompute_configs
+        if configs["enable_offload"]:
+            raise Unimplemented("recompute_configs['enable_offload'] = True: checkpoint offload is not "
+                                "implemented by refimpl")
+        block = loss.block.program.global_block()
+        missing = [n for n in configs["checkpoints"] if block._find_var_recursive(n) is None]
+        if missing:
+            raise InvalidArgument(f"recompute_configs['checkpoints'] names no variable of the program: {missing}")
+
+    def _disable_strategy(self, dist_strategy: Any) -> None:
+        dist_strategy.recompute = False
+        dist_strategy.recompute_configs = {}
+
+    def _enable_strategy(self, dist_strategy: Any, context: Optional[dict] = None) -> None:
+        return
+
+    def backward(self, loss: Any, startup_program: Optional[Any] = None,
+                 parameter_list: Optional[Sequence[Any]] = None, no_grad_set: Optional[Set[Any]] = None,
+                 callbacks: Optional[Sequence[Any]] = None) -> ParamsGrads:
+        self._init_wrapped_opt()
+        return self.wrapped_opt.backward(loss, startup_program, parameter_list, no_grad_set, callbacks)
+
+    def apply_gradients(self, params_grads: Any) -> List[Any]:
+        return self.wrapped_opt.apply_gradients(params_grads=params_grads)
+
+    def apply_optimize(self, loss: Any, startup_program: Optional[Any], params_grads: Any) -> List[Any]:
+        return self.wrapped_opt.apply_optimize(loss, startup_program=startup_program, params_grads=params_grads)
+
+    def minimize_impl(self, loss: Any, startup_program: Optional[Any] = None,
+                      parameter_list: Optional[Sequence[Any]] = None,
+                      no_grad_set: Optional[Set[Any]] = None) -> Tuple[List[Any], ParamsGrads]:
+        self._init_wrapped_opt()
+        return self.wrapped_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
+
+
+__all__ = ["RecomputeOptimizer"]

@@ -1,0 +1,77 @@
+"""The meta-optimizers of Paddle 3.3.1 that refimpl does not implement.
+
+Mirrors the applicability rules of ``asp_optimizer.py`` (``ASPOptimizer``),
+``qat_optimizer.py`` (``QATOptimizer``), ``sharding_optimizer.py``
+(``ShardingOptimizer``) and ``tensor_parallel_optimizer.py``
+(``TensorParallelOptimizer``) under
+``paddle/distributed/fleet/meta_optimizers/``: each applies in collective mode
+when its switch is on (sharding: with more than one worker), so the strategy
+compiler weighs it exactly as Paddle does; ``minimize`` then raises
+Unimplemented naming the switch (``DistributedOptimizer`` checks this before
+anything is built).
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Set, Tuple
+
+from refimpl.core.errors import Unimplemented
+
+from .meta_optimizer_base import MetaOptimizerBase, ParamsGrads
+
+
+class _Unsupported(MetaOptimizerBase):
+    switch = ""
+    white_list: List[str] = []
+
+    def __init__(self, optimizer: Any) -> None:
+        super().__init__(optimizer)
+        self.meta_optimizers_white_list = list(self.white_list)
+        self.meta_optimizers_black_list = []
+
+    def _can_apply(self) -> bool:
+        return bool(self.role_maker._is_collective and getattr(self.user_defined_strategy, self.switch))
+
+    def _check_configs(self, loss: Any) -> None:
+        raise Unimplemented(f"DistributedStrategy.{self.switch} is set, but refimpl does not implement "
+                            f"{type(self).__name__}")
+
+    def _disable_strategy(self, dist_strategy: Any) -> None:
+        setattr(dist_strategy, self.switch, False)
+        if self.switch in ("qat", "sharding", "tensor_parallel"):
+            setattr(dist_strategy, f"{self.switch}_configs", {})
+
+    def _enable_strategy(self, dist_strategy: Any, context: Optional[dict] = None) -> None:
+        return
+
+    def minimize_impl(self, loss: Any, startup_program: Optional[Any] = None,
+                      parameter_list: Optional[Sequence[Any]] = None,
+                      no_grad_set: Optional[Set[Any]] = None) -> Tuple[List[Any], ParamsGrads]:
+        self._check_configs(loss)
+        raise AssertionError("unreachable")
+
+
+class ASPOptimizer(_Unsupported):
+    switch = "asp"
+    white_list = ["AMPOptimizer", "LarsOptimizer", "LambOptimizer", "RecomputeOptimizer", "GradientMergeOptimizer"]
+
+
+class QATOptimizer(_Unsupported):
+    switch = "qat"
+    white_list = ["AMPOptimizer", "LarsOptimizer", "LambOptimizer", "GraphExecutionOptimizer", "RecomputeOptimizer",
+                  "GradientMergeOptimizer"]
+
+
+class ShardingOptimizer(_Unsupported):
+    switch = "sharding"
+    white_list = ["RecomputeOptimizer", "AMPOptimizer", "LarsOptimizer", "LambOptimizer", "ASPOptimizer"]
+
+    def _can_apply(self) -> bool:
+        return super()._can_apply() and self.role_maker._worker_num() > 1
+
+
+class TensorParallelOptimizer(_Unsupported):
+    switch = "tensor_parallel"
+    white_list = ["RecomputeOptimizer", "AMPOptimizer", "LarsOptimizer", "LambOptimizer"]
+
+
+__all__ = ["ASPOptimizer", "QATOptimizer", "ShardingOptimizer", "TensorParallelOptimizer"]
