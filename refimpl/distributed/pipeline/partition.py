@@ -4,14 +4,16 @@ Mirrors what Paddle's pipeline passes do to a single-device program before
 scheduling (legacy ``PipelineOptimizer`` / auto-parallel ``pipeline_pass``):
 forward ops are cut into ``pp_degree * vpp_degree`` virtual stages (by
 ``op_device`` annotations such as ``device_guard("stage:1")``, or by explicit
-forward-op indices, e.g. the evenly spaced ones of :func:`even_cuts`); virtual stage ``v`` runs on rank ``v % pp_degree`` as its
-chunk ``v // pp_degree``. Every other op follows the forward op it belongs to
-(a gradient op goes where the forward var of its output gradient was made, an
+forward-op indices, e.g. the evenly spaced ones of :func:`even_cuts`);
+virtual stage ``v`` runs on rank ``v % pp_degree`` as its chunk
+``v // pp_degree``. Every other op follows the forward op it belongs to (a
+gradient op goes where the forward var of its output gradient was made, an
 optimizer op where its parameter is used, learning-rate ops everywhere). A
 non-persistable variable made on one virtual stage and read on another
-travels through a ``send_v2`` right after its producer and a ``recv_v2``
-before its first reader. Run ``accumulate_gradients`` first so that backward
-jobs leave their gradients in persistable buffers.
+travels through a ``send_v2`` / ``recv_v2`` pair placed at its reader
+(``transfer.py`` says in which pass); a persistable one that a stage updates
+may be read on that stage only. Run ``accumulate_gradients`` first so that
+backward jobs leave their gradients in persistable buffers.
 
 Job programs: ``job_programs`` cuts each stage program by op role into the job
 types a schedule uses (``forward``, ``backward``, ``backward_b``/``backward_w``
@@ -25,12 +27,12 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from refimpl.core.errors import InvalidArgument, Unimplemented
 from refimpl.distributed.passes.pipeline_scheduler_pass.action import parse_job_type
-from refimpl.framework.op_role import OP_ROLE_ATTR, OpRole, is_forward
+from refimpl.framework.op_role import OpRole, is_forward
 from refimpl.framework.program import Program
 from refimpl.framework.variable import Parameter, Variable
 from refimpl.ops.registry import GRAD_SUFFIX
 
-from refimpl.core.dtypes import to_vartype
+from .transfer import SUBPROG, Router, Spec, transfer_ring  # noqa: F401  (transfer_ring: re-exported)
 
 LR = "lr"  # stage marker for ops every stage runs
 
@@ -49,10 +51,7 @@ def _fwd_name(name):
     pos = name.find(GRAD_SUFFIX)
     name = name[:pos] if pos != -1 else name
     # a var that recompute re-runs (``x.subprog_k``, static/backward_recompute.py) lives where ``x`` does
-    return _SUBPROG.sub("", name)
-
-
-_SUBPROG = re.compile(r"\.subprog_\d+$")
+    return SUBPROG.sub("", name)
 
 
 def _device_stage(op):
@@ -112,7 +111,7 @@ def _var_homes(program, stage_of):
 def _follow(op, home, i):
     names = [n for n in op.input_arg_names if GRAD_SUFFIX in n] or \
         [n for n in op.output_arg_names if GRAD_SUFFIX in n] or \
-        [n for n in op.output_arg_names if _SUBPROG.search(n)] or op.input_arg_names  # recompute: its outputs' stage
+        [n for n in op.output_arg_names if SUBPROG.search(n)] or op.input_arg_names  # recompute: its outputs' stage
     if op.role() & OpRole.Optimize and op.input("Param"):
         names = op.input("Param")
     for n in names:
@@ -124,7 +123,7 @@ def _follow(op, home, i):
 
 def partition(program: Program, pp_degree: int, vpp_degree: int = 1, cuts: Optional[Sequence[int]] = None,
               stage_map: str = "interleaved", ring_offset: int = 0) -> List[List[Program]]:
-    """``[rank][chunk] -> Program`` with send_v2/recv_v2 between virtual stages.
+    """``[rank][chunk] -> Program`` with send_v2/recv_v2 between virtual stages (see ``transfer.py``).
 
     ``stage_map`` places virtual stages on ranks: "interleaved" (stage
     ``c*P + r`` is chunk c of rank r) or "vshape" (odd chunks run backwards,
@@ -138,41 +137,19 @@ def partition(program: Program, pp_degree: int, vpp_degree: int = 1, cuts: Optio
     block = program.global_block()
     ops = list(block.ops)
     _check_shared_params(block, ops, stages)
-    per_stage = {v: [] for v in range(nv)}   # items: ("op", Operator) or ("recv", _Spec)
-    sends = {}                                # id(producer item) -> [send _Spec]
-    producer, moved = {}, set()
-    reader_recvs = {v: 0 for v in range(nv)}  # recvs of `read` outputs, hoisted (see below)
+    _check_persistables(block, ops, stages, nv)
+    per_stage: Dict[int, list] = {v: [] for v in range(nv)}  # items: ("op", Operator) or ("spec", Spec)
+    router = Router(block, per_stage, owner, ring_offset)
     for i, op in enumerate(ops):
         for v in (range(nv) if stages[i] == LR else [stages[i]]):
             for n in op.input_arg_names:
-                src = producer.get(n)
-                if src is None or src[0] == v or (n, v) in moved or not _transferable(block, n, src[1][1]):
-                    continue
-                moved.add((n, v))
-                send, recv = _transfer(block, n, src[0], owner[src[0]][0], owner[v][0], op, ring_offset)
-                if send is not None:
-                    sends.setdefault(id(src[1]), []).append(send)
-                    if src[1][1].type == "read":  # sent right after the first op: received first too
-                        per_stage[v].insert(reader_recvs[v], ("recv", recv))
-                        reader_recvs[v] += 1
-                    else:
-                        per_stage[v].append(("recv", recv))
-            item = ("op", op)
-            per_stage[v].append(item)
-            if stages[i] != LR:
-                for n in op.output_arg_names:
-                    producer[n] = (v, item)
+                router.read(op, v, n)
+            per_stage[v].append(("op", op))
+        if stages[i] != LR:
+            router.wrote(op, stages[i])
     at = {owner[v]: v for v in range(nv)}
-    return [[_build(block, per_stage[at[(r, c)]], sends) for c in range(vpp_degree)]
+    return [[_build(block, per_stage[at[(r, c)]]) for c in range(vpp_degree)]
             for r in range(pp_degree)]
-
-
-def _transferable(block, name, producer=None):
-    v = block._find_var_recursive(name)
-    # a data var written by a DataLoader's `read` op (refimpl/io) travels like an activation:
-    # the first stage reads one batch per micro-batch and sends what later stages use
-    from_reader = producer is not None and producer.type == "read"
-    return v is not None and not v.persistable and (not v.is_data or from_reader)
 
 
 def _check_shared_params(block, ops, stages):
@@ -188,46 +165,48 @@ def _check_shared_params(block, ops, stages):
                                 f"sharing a parameter across pipeline stages is not supported")
 
 
-def transfer_ring(src_stage: int, backward: bool) -> int:
-    """The ring a transfer leaving virtual stage ``src_stage`` uses (one per stage and direction).
+def _check_persistables(block: Any, ops: List[Any], stages: List[Any], nv: int) -> None:
+    """A persistable var one stage updates may be read on that stage only.
 
-    Every ring then carries the messages of one stage boundary in micro-batch
-    order, whatever order the ranks interleave their chunks in.
+    Every rank starts with its own copy of every persistable var; a copy that
+    another stage's ops update (a parameter by its optimizer, a running
+    statistic, a gradient buffer) would be stale from the second step on.
+    Learning-rate ops run on every stage and update every copy alike.
     """
-    return 1 + 2 * src_stage + int(backward)
+    writers: Dict[str, Dict[int, Any]] = {}
+    for i, op in enumerate(ops):
+        if stages[i] == LR:
+            continue
+        for n in op.output_arg_names:
+            v = block._find_var_recursive(n)
+            if v is not None and v.persistable:
+                writers.setdefault(n, {}).setdefault(stages[i], (i, op))
+    for n, w in writers.items():
+        if len(w) > 1:
+            (s0, (i0, op0)), (s1, (i1, op1)) = list(w.items())[:2]
+            raise Unimplemented(f"partition: persistable var {n!r} is updated on virtual stages {s0} "
+                                f"(op {i0}, {op0.type!r}) and {s1} (op {i1}, {op1.type!r}); each stage would "
+                                f"update its own copy")
+    for i, op in enumerate(ops):
+        for n in op.input_arg_names:
+            if n not in writers:
+                continue
+            ((u, (j, wop)),) = writers[n].items()
+            for v in (range(nv) if stages[i] == LR else [stages[i]]):
+                if v != u:
+                    raise Unimplemented(f"partition: op {i} ({op.type!r}) on virtual stage {v} reads persistable "
+                                        f"var {n!r}, which op {j} ({wop.type!r}) updates on virtual stage {u}; "
+                                        f"its copy on stage {v} would be stale (a stage reads only the "
+                                        f"persistable vars of its own stage)")
 
 
-def _transfer(block, name, src_stage, src_rank, dst_rank, reader, ring_offset=0):
-    """The send_v2 / recv_v2 pair that moves ``name``; (None, None) within one rank."""
-    if src_rank == dst_rank:
-        return None, None
-    var = block._find_var_recursive(name)
-    backward = bool(reader.role() & OpRole.Backward) or GRAD_SUFFIX in name
-    role = OpRole.Backward if backward else OpRole.Forward
-    common = {"ring_id": ring_offset + transfer_ring(src_stage, backward), OP_ROLE_ATTR: role,
-              "use_calc_stream": True,
-              "dynamic_shape": True}
-    send = _Spec("send_v2", {"X": [name]}, {}, dict(common, peer=dst_rank))
-    recv = _Spec("recv_v2", {}, {"Out": [name]},
-                 dict(common, peer=src_rank, out_shape=list(var.shape or []),
-                      dtype=to_vartype(var.dtype or "float32")))
-    return send, recv
-
-
-class _Spec:
-    def __init__(self, type, inputs, outputs, attrs):
-        self.type, self.inputs, self.outputs, self.attrs = type, inputs, outputs, attrs
-
-
-def _build(src_block, items, sends, src_blocks=None):
-    """A new single-block Program holding these ops, each producer followed by its sends."""
+def _build(src_block, items, src_blocks=None):
+    """A new single-block Program holding these ops (Operators or Specs)."""
     prog = Program()
     b = prog.global_block()
     for item in items:
         kind, op = item
-        specs = [op if isinstance(op, _Spec) else _Spec(op.type, op.inputs, op.outputs, op.all_attrs())]
-        specs += sends.get(id(item), [])
-        for sp in specs:
+        for sp in [op if isinstance(op, Spec) else Spec(op.type, op.inputs, op.outputs, op.all_attrs())]:
             for n in [x for ns in list(sp.inputs.values()) + list(sp.outputs.values()) for x in ns]:
                 if n not in b.vars:
                     _copy_var(_block_with(src_blocks, n) if src_blocks else src_block, b, n)
@@ -267,7 +246,7 @@ def job_programs(chunks: Sequence[Program], job_types: Iterable[str]) -> Dict[st
         base, c = parse_job_type(t)
         c = c or 0
         if base == "optimizer":
-            out[t] = _build(chunks[0].global_block(), [it for p in parts for it in p["_optimizer_items"]], {},
+            out[t] = _build(chunks[0].global_block(), [it for p in parts for it in p["_optimizer_items"]],
                             src_blocks=[ch.global_block() for ch in chunks])
         else:
             if c >= len(parts):
@@ -295,11 +274,11 @@ def _split_chunk(prog, comm_jobs, zero_bubble):
     items = {"forward": [], "backward": [], "recv_forward": [], "send_backward": [], "_optimizer_items": []}
     for op in block.ops:
         items[_kind(op)].append(("op", op))
-    out = {k: _build(block, v, {}) for k, v in items.items() if k != "_optimizer_items"}
+    out = {k: _build(block, v) for k, v in items.items() if k != "_optimizer_items"}
     out["_optimizer_items"] = items["_optimizer_items"]
     if zero_bubble:
         b_items, w_items = _split_backward(block, items["backward"])
-        out["backward_b"], out["backward_w"] = _build(block, b_items, {}), _build(block, w_items, {})
+        out["backward_b"], out["backward_w"] = _build(block, b_items), _build(block, w_items)
     return out
 
 
@@ -327,8 +306,8 @@ def _split_backward(block, items):
         elif len(w) == len(outs):
             w_items.append((kind, op))
         elif get_op_def(op.type).kernel("numpy")[2]:  # the kernel honours empty output slots
-            b_items.append(("recv", _without(op, lambda n: n in w)))
-            w_items.append(("recv", _without(op, lambda n: n not in w)))
+            b_items.append(("spec", _without(op, lambda n: n in w)))
+            w_items.append(("spec", _without(op, lambda n: n not in w)))
         else:
             b_items.append((kind, op))
     return b_items, w_items
@@ -336,4 +315,4 @@ def _split_backward(block, items):
 
 def _without(op, drop):
     outs = {k: [n for n in v if not drop(n)] for k, v in op.outputs.items()}
-    return _Spec(op.type, op.inputs, outs, op.all_attrs())
+    return Spec(op.type, op.inputs, outs, op.all_attrs())
