@@ -104,9 +104,9 @@ def apply_pipeline(main: Program, startup: Program, loss: Variable, configs: Dic
     pipeline = build_pipeline(main, startup, loss, schedule, pp, m, vpp, cuts, ring_offset=offset,
                               dp_degree=dp, dp_ring=dp_ring, update_every=k_steps)
     ctx = context.current()
-    n_rings = 2 * pp * vpp + 2
+    relative = [r - offset for r in pipeline.rings]  # the same layout in every replica
     for dd, ranks in enumerate(pipes):  # every rank creates every replica's rings, in the same order
-        for r in range(1, n_rings + 1):
+        for r in relative:
             ring = _RING_BASE + dd * _RING_STRIDE + r
             if ring not in ctx.groups and _can_host(ctx, dp * pp):
                 ctx.add_group(ring, ranks)
