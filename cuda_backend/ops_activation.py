@@ -64,6 +64,15 @@ def f_sqrt(DT):
 
 
 @U
+def f_ceil(DT):
+    def ceil_(x, a, b):
+        if not abs(x) < 4503599627370496.0:  # 2**52: x is already an integer (or inf / nan)
+            return x
+        return DT(math.copysign(math.ceil(x), x))  # keeps -0.0 for -1 < x <= 0, as np.ceil
+    return ceil_
+
+
+@U
 def f_gelu(DT):
     def gelu(x, a, b):
         v = np.float64(x)
@@ -211,6 +220,7 @@ _unary("log", f_log, g_log)
 _unary("sqrt", f_sqrt, g_sqrt, ga=0.5)
 _unary("logsigmoid", f_logsigmoid, g_logsigmoid, ga=1)
 _unary("reciprocal", f_reciprocal, g_reciprocal, a=1)
+register_kernel("ceil", "cuda", lambda X: ew.run1(f_ceil, X, 0.0, 0.0))
 register_kernel("silu", "cuda", lambda X: ew.run1(f_silu, X, 1))
 register_kernel("silu_grad", "cuda", lambda X, Out, dOut: ew.run_n(g_silu, [X, Out, dOut], 1))
 register_kernel("gelu", "cuda", lambda X, *, approximate: ew.run1(f_gelu, X, int(bool(approximate))))

@@ -41,3 +41,11 @@ def test_schedule_command_prints_grid_and_bubble():
     out = subprocess.run([sys.executable, "-m", "refimpl.cli", "schedule", "1F1B", "--stages", "4",
                           "--micro-batches", "8"], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert "rank 3 |" in out and re.search(r"bubble ratio: 0\.2727", out)
+
+
+def test_strategies_benchmark_runs_and_prints_ratios():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "strategies.py"), "--quick"],
+                         capture_output=True, text=True, check=True, timeout=600).stdout
+    assert re.search(r"data parallel +step +[0-9.]+ ms .*\(the baseline\)", out)
+    assert re.search(r"localsgd +step +[0-9.]+ ms +ratio +[0-9.]+x +peak/rank +[0-9.]+ KiB +ratio", out)
+    assert all(re.search(rf"^{re.escape(name)} ", out, re.M) for name in ("recompute", "lamb", "fp16_allreduce"))

@@ -201,3 +201,17 @@ def test_demo_summary_counts_lr_ops_as_lr():
     assert n_lr == 6 and program_summary(main).splitlines()[0].endswith(", 2 optimize, 6 lr")
     ops[0]._set_attr("op_role", 0x12)
     assert _role(ops[0]) == "lr"
+
+
+# ---- fleet strategies on GPT-mini and LeNet ------------------------------------------------------
+def test_fleet_strategies_rows_against_one_device():
+    """LocalSGD through fleet is chained under RawProgramOptimizer (as in Paddle 3.3.1), so on 2 ranks it
+    reproduces one device; a LeNet row with recompute + bf16 prints either numbers or 'not available'."""
+    out = _run(os.path.join(EXAMPLES, "fleet_strategies.py"), "--localsgd", "--ranks", "2", "--steps", "2")
+    row = re.search(r"gpt +localsgd +final loss +([0-9.]+) \(one device +([0-9.]+), diff ([-+0-9.e]+)\)"
+                    r".*peak +([0-9.]+) KiB.*applied \['RawProgramOptimizer', 'LocalSGDOptimizer'\]", out)
+    assert row, out
+    assert abs(float(row.group(3))) < 1e-5 and float(row.group(4)) > 0
+    out = _run(os.path.join(EXAMPLES, "fleet_strategies.py"), "--model", "lenet", "--recompute", "--amp", "bf16",
+               "--steps", "2")
+    assert re.search(r"lenet +recompute\+amp=bf16 +(final loss|not available)", out), out

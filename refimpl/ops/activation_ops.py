@@ -161,6 +161,12 @@ _register_unary("log", log, log_grad, "X")
 _register_unary("sqrt", sqrt, sqrt_grad, "Out")
 
 
+@register_op("ceil", ["X"], ["Out"], {}, infer_shape=same_as("X", "Out"))
+def ceil(X):
+    """Paddle's ``ceil`` (forward only here: its gradient is zero everywhere it exists)."""
+    return np.ceil(X)
+
+
 # ---- gelu -------------------------------------------------------------------
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_C = 0.044715

@@ -12,7 +12,7 @@ then ``lr * rate ** (step / decay_steps)``) and returns the lr Variable.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Optional, TYPE_CHECKING
 
 from refimpl.core.errors import InvalidArgument
 
@@ -27,7 +27,7 @@ from .lr_warmup import __all__ as _warmup_all
 if TYPE_CHECKING:
     from refimpl.framework.variable import Variable
 
-__all__ = ["LRScheduler", "exponential_decay", *_decay_all, *_warmup_all, *_plateau_all]
+__all__ = ["LRScheduler", "autoincreased_step_counter", "exponential_decay", *_decay_all, *_warmup_all, *_plateau_all]
 
 
 def exponential_decay(learning_rate: float, decay_steps: float, decay_rate: float,
@@ -53,6 +53,30 @@ def exponential_decay(learning_rate: float, decay_steps: float, decay_rate: floa
                                         outputs={"Out": [counter]}, attrs={"step": 1.0})
         step = cast(counter, "float32")
         return float(learning_rate) * (float(decay_rate) ** (step * (1.0 / decay_steps)))
+
+
+def autoincreased_step_counter(counter_name: Optional[str] = None, begin: int = 1, step: int = 1) -> Variable:
+    """Paddle's in-graph step counter: an int64 [1] persistable var (default ``@STEP_COUNTER@``).
+
+    The first call in a program creates it (startup: ``fill_constant`` of
+    ``begin - 1`` on the CPU) and prepends an ``increment`` by ``step`` to the
+    main program, so its first value in a run is ``begin``; later calls
+    return the same var.
+    """
+    from refimpl.nn.initializer import Constant
+    from refimpl.static.layer_helper import LayerHelper
+    helper = LayerHelper("global_step_counter")
+    name = counter_name or "@STEP_COUNTER@"
+    block = helper.main_program.global_block()
+    counter = block.vars.get(name)
+    if counter is None:
+        counter = helper.create_global_variable(name=name, dtype="int64", shape=[1], persistable=True)
+        helper.set_variable_initializer(counter, Constant(value=begin - 1, force_cpu=True))
+        block._prepend_op(type="increment", inputs={"X": [counter]}, outputs={"Out": [counter]},
+                          attrs={"step": float(step)})
+    counter.stop_gradient = True
+    return counter
+
 
 from refimpl.framework import namespace_getattr as _namespace_getattr  # noqa: E402
 __getattr__ = _namespace_getattr(__name__)  # a Paddle name refimpl lacks: Unimplemented, naming it

@@ -1,9 +1,11 @@
-"""``static.nn.cond`` (true branch only): build a ``conditional_block`` op.
+"""``static.nn.cond`` for branches without return values: ``conditional_block`` ops.
 
 Mirrors Paddle's ``ConditionalBlock``: the body is built into a new
 sub-block; the op's ``Input`` lists the outer vars the body reads before
 writing, ``Out`` the outer vars it writes, and ``Scope`` a STEP_SCOPES var.
-Only ``false_fn=None`` and bodies without return values are supported.
+A ``false_fn`` becomes a second such op on ``logical_not(pred)``, appended
+after the first, as Paddle's ``cond`` does. Branches that return values
+(Paddle merges them with ``select_input``) are not supported.
 """
 from __future__ import annotations
 
@@ -40,11 +42,18 @@ def _sub_block(program):
 
 def cond(pred: Variable, true_fn: Optional[Callable[[], Any]] = None,
          false_fn: Optional[Callable[[], Any]] = None, name: Optional[str] = None) -> None:
-    if false_fn is not None:
-        raise Unimplemented("static.nn.cond: false_fn is not supported yet")
     program = default_main_program()
+    if true_fn is not None or false_fn is None:
+        _conditional_block(program, pred, true_fn)
+    if false_fn is not None:
+        from refimpl.tensor.logic import logical_not
+        _conditional_block(program, logical_not(pred), false_fn)
+    return None
+
+
+def _conditional_block(program: Any, pred: Variable, body: Optional[Callable[[], Any]]) -> None:
     with _sub_block(program) as sub:
-        out = true_fn() if true_fn is not None else None
+        out = body() if body is not None else None
         if out is not None:
             raise Unimplemented("static.nn.cond: branches that return values are not supported yet")
     parent = program.block(sub.parent_idx)
@@ -55,4 +64,3 @@ def cond(pred: Variable, true_fn: Optional[Callable[[], Any]] = None,
     parent.append_op(type="conditional_block", inputs={"Cond": [pred], "Input": ins},
                      outputs={"Out": outs, "Scope": [scope_var]},
                      attrs={"sub_block": sub, "is_scalar_condition": True})
-    return None

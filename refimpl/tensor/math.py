@@ -29,7 +29,7 @@ from refimpl.framework import check_static_mode
 from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
 
-__all__ = ['abs', 'add', 'add_n', 'clip', 'cumsum', 'divide', 'exp', 'increment', 'log', 'matmul', 'max', 'maximum',
+__all__ = ['abs', 'add', 'add_n', 'ceil', 'clip', 'cumsum', 'divide', 'exp', 'increment', 'log', 'matmul', 'max', 'maximum',
            'mean', 'min', 'minimum', 'multiply', 'pow', 'prod', 'reciprocal', 'scale', 'sigmoid', 'sign', 'sqrt',
            'square', 'subtract', 'sum', 'tanh']
 
@@ -212,6 +212,10 @@ def log(x, name=None):
 
 def sqrt(x, name=None):
     return unary_op("sqrt", x, name)
+
+
+def ceil(x, name=None):
+    return unary_op("ceil", x, name)
 
 
 def tanh(x, name=None):

@@ -132,7 +132,7 @@ REDUCE = [
     ("reduce_sum", [f32(3, 0)], {"dim": [0]}),
 ]
 
-UNARY = ["relu", "tanh", "sigmoid", "square", "exp", "log", "sqrt", "logsigmoid", "reciprocal", "silu"]
+UNARY = ["relu", "tanh", "sigmoid", "square", "exp", "log", "sqrt", "logsigmoid", "reciprocal", "silu", "ceil"]
 EDGES = np.array([0.0, -0.0, 1.0, -1.0, 100.0, -100.0, 1e-30, np.inf, -np.inf, np.nan], np.float32)
 ACTIVATION = [
     case for op in UNARY for case in [
@@ -222,6 +222,8 @@ CREATION = [
     ("fill_any_like", [f64(3)], {"value": 1.0, "dtype": 0}),
     ("fill_any_like", [f32(0, 2)], {"value": 1.0}),
     ("uniform_random", [None, []], {"shape": [2, 3], "seed": 7}),
+    ("seed", [], {"seed": 7}),
+    ("seed", [], {"seed": 123456, "force_cpu": True}),
     ("uniform_random", [ints(3, 4), []], {"dtype": 6, "min": -2.0, "max": 5.0}),
     ("uniform_random", [None, [ints(4), ints(4)]], {"shape": [-1, -1], "diag_num": 3, "diag_step": 4}),
     ("gaussian_random", [None, []], {"shape": [2, 3], "seed": 5, "mean": 1.0, "std": 2.0}),
@@ -268,6 +270,7 @@ COLLECTIVE = [
                                              "align_size": 32}),
     ("coalesce_tensor", [[None, None]], {"dtype": 3, "concated_shapes": [2, 3, 4], "concated_ranks": [2, 1],
                                          "align_size": 16}),
+    ("depend", [f32(2, 3), [f32(4), f32(1)]], {}),
 ]
 
 CASES = ELEMENTWISE + SCALE_SUM + REDUCE + ACTIVATION + MANIPULATION + CREATION + NN + COLLECTIVE

@@ -1,0 +1,256 @@
+"""Fleet's meta-optimizer strategies on GPT-mini and LeNet, each against one device.
+
+    python examples/fleet_strategies.py --recompute --amp bf16           # one device
+    mpiexec -n 2 python examples/fleet_strategies.py --amp fp16 --lamb   # dp=2 over MPI
+    python examples/fleet_strategies.py --localsgd --ranks 4             # 4 in-process ranks
+    python examples/fleet_strategies.py --compare-all --ranks 2          # every strategy, both models
+
+Every run trains the chosen model (same initial values, same global
+batches) once on one device with the plain inner optimizer, and once with
+``fleet.distributed_optimizer(inner, strategy)`` on N ranks, each rank on its
+slice of the batch (``--ranks N`` runs N in-process ranks; under ``mpiexec``
+each process is a rank). A row per strategy: the final loss and its
+difference from one device, the peak bytes a rank held during a step
+(``exe.memory_stats()``, the most over the ranks; also the most bytes of
+activations held at once, which recompute lowers), the mean step time, and
+the meta-optimizers fleet applied. A strategy refimpl cannot run here
+prints ``not available: <error>`` in its row instead of stopping the run.
+
+The inner optimizer is the one each strategy wants (Paddle's ``_can_apply``
+rules): Momentum, except Adam for LAMB; bf16 AMP decorates it with
+``static.amp.bf16.decorate_bf16`` (fleet's ``amp`` switch is float16 only).
+Recompute checkpoints the output of every transformer block (GPT-mini) or
+conv stage (LeNet).
+
+Reading the diff column: data parallelism, recompute and LocalSGD (which
+fleet, as Paddle 3.3.1, wraps in ``RawProgramOptimizer``, so the gradients
+are all-reduced every step as well) reproduce one device to float32
+rounding -- except on LeNet, whose batch norm normalizes each rank's own
+slice. LAMB, LARS, DGC, gradient merge, AMP and adaptive LocalSGD change the
+update itself, so they differ; FP16 allreduce through fleet inserts no
+collective (Paddle chains none under it), so its ranks train alone.
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import refimpl as paddle  # noqa: E402
+from refimpl.distributed.fleet import DistributedStrategy, Fleet, MPIRoleMaker  # noqa: E402
+
+F = paddle.nn.functional
+SEED = 5
+GPT = dict(vocab=32, seq=8, dim=16, heads=2, layers=2)  # GPT-mini's size (benchmarks/strategies.py: larger)
+
+
+# ---- the models: (main, startup, loss, feed maker, checkpoint names) ---------------------------------
+def gpt_net():
+    from refimpl.demo import TinyGPT
+    model = TinyGPT(GPT["vocab"], GPT["seq"], GPT["dim"], GPT["heads"], GPT["layers"])
+    ids = paddle.static.data("ids", [None, GPT["seq"]], "int64")
+    labels = paddle.static.data("labels", [None, GPT["seq"]], "int64")
+    h = model.tok(ids) + model.pos(paddle.arange(GPT["seq"], dtype="int64"))
+    checkpoints = []
+    for block in model.blocks:
+        h = block(h)
+        checkpoints.append(h.name)
+    logits = paddle.matmul(model.ln_f(h), model.tok.weight, transpose_y=True)
+    loss = F.cross_entropy(paddle.reshape(logits, [-1, GPT["vocab"]]), paddle.reshape(labels, [-1, 1]))
+
+    def feed(rng, rows):
+        data = rng.integers(0, GPT["vocab"], (rows, GPT["seq"] + 1))
+        return {"ids": data[:, :-1].astype("int64"), "labels": data[:, 1:].astype("int64")}
+    return loss, feed, checkpoints
+
+
+def lenet_net():
+    from train_lenet import LeNet
+    net = LeNet(width=4, hidden=16)
+    img = paddle.static.data("img", [None, 1, 8, 8], "float32")
+    label = paddle.static.data("label", [None, 1], "int64")
+    x1 = F.max_pool2d(F.relu(net.bn1(net.conv1(img))), kernel_size=2, stride=2)
+    x2 = F.max_pool2d(F.relu(net.bn2(net.conv2(x1))), kernel_size=2, stride=2)
+    logits = net.fc2(F.relu(net.fc1(paddle.flatten(x2, start_axis=1))))
+    loss = F.cross_entropy(logits, label)
+
+    def feed(rng, rows):
+        return {"img": rng.random((rows, 1, 8, 8)).astype("float32"),
+                "label": rng.integers(0, 10, (rows, 1)).astype("int64")}
+    return loss, feed, [x1.name, x2.name]
+
+
+MODELS = {"gpt": gpt_net, "lenet": lenet_net}
+
+
+# ---- strategies ------------------------------------------------------------------------------------------
+def make_strategy(opts, checkpoints):
+    """The DistributedStrategy the switches in ``opts`` ask for (a dict of the command-line flags)."""
+    s = DistributedStrategy()
+    if opts.get("recompute"):
+        s.recompute = True
+        s.recompute_configs = {"checkpoints": checkpoints}
+    if opts.get("amp") == "fp16":
+        s.amp = True
+        s.amp_configs = {"init_loss_scaling": 1024.0, "use_dynamic_loss_scaling": True}
+    for name in ("lamb", "lars", "localsgd", "adaptive_localsgd", "fp16_allreduce", "dgc"):
+        if opts.get(name):
+            setattr(s, name, True)
+    if opts.get("localsgd"):
+        s.localsgd_configs = {"k_steps": 2, "begin_step": 1}
+    if opts.get("adaptive_localsgd"):
+        s.adaptive_localsgd_configs = {"init_k_steps": 2, "begin_step": 1}
+    if opts.get("gradient_merge"):
+        s.gradient_merge = True
+        s.gradient_merge_configs = {"k_steps": opts["gradient_merge"], "avg": True}
+    return s
+
+
+def inner_optimizer(opts):
+    """Momentum (Adam for LAMB); bf16 AMP wraps it with ``static.amp.bf16.decorate_bf16`` (fleet's
+    ``amp`` switch is float16 only, as in Paddle 3.3.1)."""
+    opt = paddle.optimizer.Adam(0.01) if opts.get("lamb") else paddle.optimizer.Momentum(0.05, 0.9)
+    if opts.get("amp") == "bf16":
+        opt = paddle.static.amp.bf16.decorate_bf16(opt)
+    return opt
+
+
+def run_rank(model, opts, batches, nranks, distributed):
+    """Train on this rank; return (losses, peak bytes, mean step seconds, applied meta-optimizers,
+    the most bytes of activations held at once)."""
+    rank = paddle.distributed.get_rank() if distributed else 0
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        loss, _, checkpoints = MODELS[model]()
+        applied = []
+        if distributed:
+            f = Fleet()
+            f.init(role_maker=MPIRoleMaker(is_collective=True), strategy=make_strategy(opts, checkpoints))
+            opt = f.distributed_optimizer(inner_optimizer(opts))
+            opt.minimize(loss)
+            applied = f._get_applied_meta_list()
+        else:
+            inner_optimizer(opts).minimize(loss)
+    paddle.seed(SEED)
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor()
+    exe.run(startup, scope=scope)
+    rows = len(next(iter(batches[0].values()))) // nranks
+    losses, peak, acts, times = [], 0, 0, []
+    for b in batches:
+        feed = {k: v[rank * rows:(rank + 1) * rows] for k, v in b.items()}
+        t0 = time.perf_counter()
+        out = exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
+        times.append(time.perf_counter() - t0)
+        losses.append(float(np.mean(out[0])))
+        stats = exe.memory_stats()
+        peak = max(peak, int(stats["peak_bytes"]))
+        acts = max(acts, int((stats.get("max_by_category") or {}).get("activations") or 0))
+    return losses, peak, float(np.mean(times[1:] if len(times) > 1 else times)), applied, acts
+
+
+def run_all_ranks(model, opts, batches, nranks):
+    """Every rank's result: in-process ranks, or this MPI process's rank gathered over MPI."""
+    import refimpl.distributed as dist
+    if under_mpi():
+        n, r = dist.get_world_size(), dist.get_rank()
+        losses, peak, step_time, applied, acts = run_rank(model, opts, batches, n, True)
+        table = np.zeros((n, len(losses) + 3))
+        table[r] = [*losses, peak, step_time, acts]
+        dist.all_reduce(table)
+        return [(list(row[:-3]), int(row[-3]), float(row[-2]), applied, int(row[-1])) for row in table]
+    if nranks <= 1:
+        return [run_rank(model, opts, batches, 1, True)]
+    from refimpl.distributed.communication import run_in_process
+    return run_in_process(nranks, run_rank, model, opts, batches, nranks, True, timeout=600)
+
+
+def under_mpi():
+    return any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"))
+
+
+# ---- the report --------------------------------------------------------------------------------------------
+def describe(opts):
+    parts = [k if v is True else f"{k}={v}" for k, v in opts.items() if v]
+    return "+".join(parts) or "data parallel"
+
+
+def make_batches(model, nranks, steps, rows_per_rank=4, seed=0):
+    """``steps`` global batches of ``rows_per_rank`` rows per rank."""
+    rng = np.random.default_rng(seed)
+    _, feed, _ = _probe(model)
+    return [feed(rng, rows_per_rank * max(nranks, 1)) for _ in range(steps)]
+
+
+def compare(model, opts, nranks, steps, out):
+    import refimpl.distributed as dist
+    if under_mpi():
+        nranks = dist.get_world_size()
+        out = out if dist.get_rank() == 0 else open(os.devnull, "w")
+    batches = make_batches(model, nranks, steps)
+    base_losses, base_peak, base_time, _, base_acts = run_rank(model, opts, batches, 1, False)
+    name = describe(opts)
+    try:
+        results = run_all_ranks(model, opts, batches, nranks)
+    except Exception as exc:  # noqa: BLE001 - a strategy refimpl lacks is reported, the others still run
+        print(f"{model:6s} {name:34s} {not_available(exc)}", file=out, flush=True)
+        return False
+    final = float(np.mean([r[0][-1] for r in results]))
+    peak, acts = max(r[1] for r in results), max(r[4] for r in results)
+    step_time = max(r[2] for r in results)
+    print(f"{model:6s} {name:34s} final loss {final:9.5f} (one device {base_losses[-1]:9.5f}, "
+          f"diff {final - base_losses[-1]:+.2e})  peak {peak / 1024:8.1f} KiB ({peak / max(base_peak, 1):4.2f}x, "
+          f"activations {acts / 1024:.1f} KiB vs {base_acts / 1024:.1f})  "
+          f"step {step_time * 1e3:7.2f} ms ({step_time / max(base_time, 1e-9):4.2f}x)  "
+          f"applied {results[0][3]}", file=out, flush=True)
+    return True
+
+
+def not_available(exc):
+    msg = str(exc).splitlines()[0] if str(exc) else ""
+    return f"not available: {type(exc).__name__}: {msg[:160]}"
+
+
+def _probe(model):
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        return MODELS[model]()
+
+
+ALL = [{}, {"recompute": True}, {"amp": "fp16"}, {"amp": "bf16"}, {"recompute": True, "amp": "bf16"},
+       {"lamb": True}, {"lars": True}, {"dgc": True}, {"localsgd": True}, {"adaptive_localsgd": True},
+       {"fp16_allreduce": True}, {"gradient_merge": 2}]
+
+
+def main(argv=None, out=None):
+    out = out or sys.stdout
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=sorted(MODELS), default="gpt")
+    p.add_argument("--ranks", type=int, default=1, help="in-process ranks (under mpiexec: the MPI ranks)")
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--recompute", action="store_true")
+    p.add_argument("--amp", choices=["fp16", "bf16"])
+    for flag in ("lamb", "lars", "dgc", "localsgd", "adaptive-localsgd", "fp16-allreduce"):
+        p.add_argument(f"--{flag}", action="store_true")
+    p.add_argument("--gradient-merge", type=int, default=0, metavar="K")
+    p.add_argument("--compare-all", action="store_true", help="every strategy on both models")
+    p.add_argument("--backend", choices=["numpy", "cuda"], default=None)
+    args = p.parse_args(argv)
+    if args.backend:
+        paddle.set_backend(args.backend)
+    if under_mpi():
+        import refimpl.distributed as dist
+        dist.init_parallel_env()
+    opts = {k: getattr(args, k) for k in ("recompute", "amp", "lamb", "lars", "dgc", "localsgd",
+                                          "adaptive_localsgd", "fp16_allreduce", "gradient_merge")}
+    runs = [(m, o) for m in sorted(MODELS) for o in ALL] if args.compare_all else [(args.model, opts)]
+    for model, o in runs:
+        compare(model, o, args.ranks, args.steps, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
