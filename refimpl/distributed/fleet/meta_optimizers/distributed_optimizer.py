@@ -180,13 +180,25 @@ class DistributedOptimizer:
             raise InvalidArgument("_final_strategy: call minimize first")
         return self._final
 
-    def amp_init(self, place: Any, scope: Any = None, test_program: Any = None, use_fp16_test: bool = False) -> Any:
-        """Paddle's ``fleet.amp_init``: the AMP meta-optimizer's ``amp_init`` (after minimize)."""
-        amp = next((o for o in self.strategy_compiler._get_applied_meta_optimizer()
-                    if type(o).__name__ == "AMPOptimizer"), None)
+    def _get_amp_optimizer(self) -> Any:
+        """As Paddle's ``Fleet._get_amp_optimizer``: the first applied meta-optimizer with ``amp_init``,
+        else the user's optimizer when it is itself AMP-decorated (``static.amp.decorate``)."""
+        applied = self.strategy_compiler._get_applied_meta_optimizer() if self._final is not None else []
+        amp = next((o for o in applied if hasattr(o, "amp_init")), None)
+        if amp is None and hasattr(self.inner_opt, "amp_init"):
+            amp = self.inner_opt
         if amp is None:
-            raise InvalidArgument("amp_init: AMP is not applied (set strategy.amp and call minimize first)")
-        return amp.amp_init(place, scope, test_program, use_fp16_test)
+            raise InvalidArgument("amp_init / get_loss_scaling: AMP is not applied (set strategy.amp, or pass a "
+                                  "static.amp.decorate'd optimizer, and call minimize first)")
+        return amp
+
+    def amp_init(self, place: Any, scope: Any = None, test_program: Any = None, use_fp16_test: bool = False) -> Any:
+        """Paddle's ``fleet.amp_init``: the AMP optimizer's ``amp_init`` (after minimize)."""
+        return self._get_amp_optimizer().amp_init(place, scope, test_program, use_fp16_test)
+
+    def get_loss_scaling(self) -> Any:
+        """Paddle's ``fleet.get_loss_scaling``: the AMP optimizer's loss-scaling variable."""
+        return self._get_amp_optimizer().get_loss_scaling()
 
     def __getattr__(self, name: str) -> Any:  # everything else (get_lr, step ...) comes from the inner optimizer
         if name in ("inner_opt", "__setstate__"):
