@@ -434,3 +434,45 @@ def test_lars_and_lamb_replace_the_update(trainer_1_of_2):
     assert len(lambs) == 6 and f._get_applied_meta_list() == ["RawProgramOptimizer", "LambOptimizer"]
     assert all(op.attr("weight_decay") == 0 for op in lambs if op.attr("op_role_var")[0].endswith(".b_0"))
     assert any(op.attr("weight_decay") > 0 for op in lambs)
+
+
+@pytest.mark.parametrize("how", ["decorated", "strategy"])
+def test_amp_init_and_loss_scaling_find_the_amp_optimizer(monkeypatch, how):
+    """As Paddle's ``Fleet._get_amp_optimizer``: the applied AMPOptimizer, else a user optimizer that
+    ``static.amp.decorate`` made (``test_fleet_amp_init.py`` calls both through the fleet optimizer)."""
+    for key in list(os.environ):
+        if key.startswith(("PADDLE_", "TRAINING_ROLE")):
+            monkeypatch.delenv(key)
+    from refimpl.distributed.fleet import Fleet, PaddleCloudRoleMaker
+    main, startup, loss = _paddle_net()
+    f = Fleet()
+    with paddle.static.program_guard(main, startup), unique_name.guard():
+        f.init(PaddleCloudRoleMaker(is_collective=True))
+        opt = paddle.optimizer.Momentum(0.01, 0.9, multi_precision=True)
+        if how == "decorated":
+            dist = f.distributed_optimizer(paddle.static.amp.decorate(opt, init_loss_scaling=128.0))
+        else:
+            s = DistributedStrategy()
+            s.amp, s.amp_configs = True, {"init_loss_scaling": 128.0}
+            dist = f.distributed_optimizer(opt, s)
+        dist.minimize(loss)
+    assert ("AMPOptimizer" in f._get_applied_meta_list()) == (how == "strategy")
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup, scope=scope)
+    with paddle.static.scope_guard(scope):
+        dist.amp_init(paddle.CPUPlace())
+    scaling = dist.get_loss_scaling()
+    assert float(np.array(scope.find_var(scaling.name).get_tensor())[0]) == 128.0
+
+
+def test_amp_init_without_amp_is_a_typed_error(trainer_1_of_2):
+    from refimpl.distributed.fleet import Fleet, PaddleCloudRoleMaker
+    main, startup, loss = _paddle_net()
+    f = Fleet()
+    with paddle.static.program_guard(main, startup), unique_name.guard():
+        f.init(PaddleCloudRoleMaker(is_collective=True))
+        dist = f.distributed_optimizer(paddle.optimizer.Momentum(0.01, 0.9), DistributedStrategy())
+        dist.minimize(loss)
+    with pytest.raises(InvalidArgument, match="AMP is not applied"):
+        dist.get_loss_scaling()
