@@ -7,6 +7,11 @@ writes ``var``: ``fill_constant`` for Constant, ``uniform_random`` /
 Paddle's fan-in/fan-out rule and limits). After ``paddle.seed(n)`` the values
 are Paddle's CPU numbers bit for bit (``refimpl/core/random.py``); a zero ``seed`` takes the
 program's ``random_seed`` (``Program.global_seed``), as Paddle's initializers do.
+
+Low-precision parameters are drawn as Paddle 3.3.1 draws them: Uniform and the
+Xavier variants fill a float16 parameter (Xavier normal: bfloat16 too) through a
+float32 temporary (``uniform_random.<param>.tmp_k`` / ``xavier_init.<param>.tmp_k``)
+and a ``cast``; Normal and Constant write the parameter's dtype directly.
 """
 import math
 
@@ -25,6 +30,18 @@ def _fans(shape):
     for d in shape[2:]:
         rf *= d
     return shape[1] * rf, shape[0] * rf
+
+
+def _drawn_in_float32(var, block, prefix, draw):
+    """``draw(target)`` appends the random op; a float32 temporary and a cast stand between it and ``var``."""
+    from refimpl.framework import unique_name
+    tmp = block.create_var(name=unique_name.generate(f"{prefix}.{var.name}.tmp"), shape=list(var.shape),
+                           dtype="float32", persistable=False)
+    op = draw(tmp)
+    block.append_op(type="cast", inputs={"X": [tmp]}, outputs={"Out": [var]},
+                    attrs={"in_dtype": to_vartype("float32"), "out_dtype": to_vartype(var.dtype)})
+    var.op = op
+    return op
 
 
 class Initializer:
@@ -49,11 +66,15 @@ class Uniform(Initializer):
     def __init__(self, low=-1.0, high=1.0, seed=0):
         self._low, self._high, self._seed = low, high, seed
 
-    def forward(self, var, block):
-        op = block.append_op(type="uniform_random", inputs={}, outputs={"Out": var},
-                             attrs={"shape": list(var.shape), "dtype": to_vartype(var.dtype),
-                                    "min": float(self._low), "max": float(self._high),
-                                    "seed": self._seed or block.program.random_seed})
+    def forward(self, var, block, prefix="uniform_random"):
+        def draw(out):
+            return block.append_op(type="uniform_random", inputs={}, outputs={"Out": out},
+                                   attrs={"shape": list(var.shape), "dtype": to_vartype(out.dtype),
+                                          "min": float(self._low), "max": float(self._high),
+                                          "seed": self._seed or block.program.random_seed})
+        if var.dtype == "float16":
+            return _drawn_in_float32(var, block, prefix, draw)
+        op = draw(var)
         var.op = op
         return op
 
@@ -62,11 +83,15 @@ class Normal(Initializer):
     def __init__(self, mean=0.0, std=1.0, seed=0):
         self._mean, self._std, self._seed = mean, std, seed
 
-    def forward(self, var, block):
-        op = block.append_op(type="gaussian_random", outputs={"Out": var},
-                             attrs={"shape": list(var.shape), "dtype": to_vartype(var.dtype),
-                                    "mean": float(self._mean), "std": float(self._std),
-                                    "seed": self._seed or block.program.random_seed})
+    def forward(self, var, block, through_float32=False):
+        def draw(out):
+            return block.append_op(type="gaussian_random", outputs={"Out": out},
+                                   attrs={"shape": list(var.shape), "dtype": to_vartype(out.dtype),
+                                          "mean": float(self._mean), "std": float(self._std),
+                                          "seed": self._seed or block.program.random_seed})
+        if through_float32:
+            return _drawn_in_float32(var, block, "xavier_init", draw)
+        op = draw(var)
         var.op = op
         return op
 
@@ -87,7 +112,7 @@ class XavierUniform(_Xavier):
     def forward(self, var, block):
         fi, fo = self._fans(var)
         limit = 0.0 if 0 in (fi, fo) else self._gain * math.sqrt(6.0 / float(fi + fo))
-        return Uniform(-limit, limit, self._seed).forward(var, block)
+        return Uniform(-limit, limit, self._seed).forward(var, block, prefix="xavier_init")
 
 
 class XavierNormal(_Xavier):
@@ -96,7 +121,7 @@ class XavierNormal(_Xavier):
     def forward(self, var, block):
         fi, fo = self._fans(var)
         std = 0.0 if 0 in (fi, fo) else self._gain * math.sqrt(2.0 / float(fi + fo))
-        return Normal(0.0, std, self._seed).forward(var, block)
+        return Normal(0.0, std, self._seed).forward(var, block, var.dtype in ("float16", "bfloat16"))
 
 
 XavierInitializer = XavierUniform
