@@ -246,6 +246,77 @@ def test_bad_level_dtype_and_arguments_are_typed_errors():
         paddle.static.amp.decorate(None, None, 8.0)
 
 
+def _minimize_small_net(decorated):
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        x = paddle.static.data("x", [2, 4], "float32")
+        loss = paddle.mean(paddle.static.nn.fc(x, 3))
+        decorated().minimize(loss)
+    return main
+
+
+def _bf16_lists():
+    return paddle.static.amp.bf16.AutoMixedPrecisionListsBF16()
+
+
+@pytest.mark.parametrize("lists, got", [({"relu"}, "got set"), (["relu"], "got list"),
+                                        ("relu", "got str"), (_bf16_lists, "got AutoMixedPrecisionListsBF16")])
+def test_decorate_refuses_amp_lists_of_the_wrong_kind(lists, got):
+    """Paddle 3.3.1 (legacy IR) fails inside minimize with ``AttributeError: 'set' object has no attribute
+    'unsupported_list'``; refimpl names the argument and what it got, before the program is touched."""
+    value = lists() if callable(lists) else lists
+    with pytest.raises(InvalidArgument, match=f"decorate: amp_lists must be an AutoMixedPrecisionLists.*{got}"):
+        _minimize_small_net(lambda: paddle.static.amp.decorate(paddle.optimizer.SGD(0.1), amp_lists=value))
+    with pytest.raises(InvalidArgument, match="amp_lists must be an AutoMixedPrecisionLists"):
+        _decorate(amp_lists=value, level="O2")  # the common signature checks them too
+
+
+def test_decorate_bf16_refuses_float16_lists():
+    """Paddle 3.3.1: ``AttributeError: 'AutoMixedPrecisionLists' object has no attribute 'fp32_varnames'``."""
+    with pytest.raises(InvalidArgument, match="decorate_bf16: amp_lists must be an AutoMixedPrecisionListsBF16.*"
+                                              "got AutoMixedPrecisionLists"):
+        _minimize_small_net(lambda: paddle.static.amp.bf16.decorate_bf16(
+            paddle.optimizer.SGD(0.1), amp_lists=paddle.static.amp.CustomOpLists()))
+
+
+@pytest.mark.parametrize("optimizer, got", [(None, "got NoneType"), ("sgd", "got str"), (3, "got int")])
+def test_decorate_refuses_what_is_no_optimizer(optimizer, got):
+    """Paddle 3.3.1: ``decorate(None)`` is an AttributeError ('NoneType' object has no attribute
+    '_learning_rate'), ``decorate("sgd")`` a RuntimeError; refimpl: InvalidArgument naming the argument."""
+    amp = paddle.static.amp
+    for call in (lambda: amp.decorate(optimizer), lambda: amp.decorate(optimizer, None, 8.0),
+                 lambda: amp.bf16.decorate_bf16(optimizer)):
+        with pytest.raises(InvalidArgument, match=f"optimizer must be a paddle.optimizer.Optimizer, {got}"):
+            call()
+
+
+@pytest.mark.parametrize("kw, name", [(dict(incr_every_n_steps=0), "incr_every_n_steps"),
+                                      (dict(decr_every_n_nan_or_inf=1.5), "decr_every_n_nan_or_inf"),
+                                      (dict(incr_ratio=0.5), "incr_ratio"), (dict(decr_ratio=2.0), "decr_ratio"),
+                                      (dict(decr_ratio=0.0), "decr_ratio"), (dict(incr_ratio="2"), "incr_ratio")])
+def test_loss_scaling_steps_out_of_range_are_refused(kw, name):
+    with pytest.raises(InvalidArgument, match=f"decorate: {name} must be") as err:
+        _decorate(**kw)
+    assert repr(next(iter(kw.values()))) in str(err.value)
+
+
+def test_custom_lists_move_ops_between_the_default_lists():
+    """Invariant of Paddle's ``_update_list``: a custom op leaves the list it was in and joins the chosen
+    one; a custom black / fp32 op also counts as unsupported."""
+    default = paddle.static.amp.AutoMixedPrecisionLists()
+    assert "tanh" in default.gray_list and "softmax" in default.black_list
+    lists = paddle.static.amp.CustomOpLists(custom_white_list={"softmax"}, custom_black_list={"tanh"})
+    assert "softmax" in lists.white_list and "softmax" not in lists.black_list
+    assert "tanh" in lists.black_list and "tanh" not in lists.gray_list and "tanh" in lists.unsupported_list
+    bf16 = paddle.static.amp.bf16.AutoMixedPrecisionListsBF16(custom_bf16_list={"tanh"},
+                                                              custom_fp32_list={"matmul_v2"})
+    assert "tanh" in bf16.bf16_list and "tanh" not in bf16.gray_list
+    assert "matmul_v2" in bf16.fp32_list and "matmul_v2" not in bf16.bf16_list
+    assert "matmul_v2" in bf16.unsupported_list
+    with pytest.raises(InvalidArgument, match="Custom bf16 list overlap custom fp32 list with < relu >"):
+        paddle.static.amp.bf16.AutoMixedPrecisionListsBF16(custom_bf16_list={"relu"}, custom_fp32_list={"relu"})
+
+
 # attrs only one of Paddle 2.6.2 / 3.3.1 puts on these ops (as in test_zoo_builds.VERSION_ATTRS)
 VERSION_ATTRS = {"amsgrad", "use_mkldnn", "mkldnn_data_type"}
 

@@ -27,37 +27,87 @@ defaults ``2**16, 2000, 1, 2.0, 0.5``). Paddle's dispatch
 a float third positional argument picks the float16-only one, and anything
 else the common one.
 
-Differences: a loss scale that is no positive number is an ``InvalidArgument``
-at decorate time (Paddle takes it and fails, or diverges, later);
+Differences: these are an ``InvalidArgument`` at decorate time (Paddle takes
+them and fails, or diverges, later): a loss scale that is no positive number,
+step counts that are no positive ints, an ``incr_ratio`` below 1 or a
+``decr_ratio`` outside (0, 1], an ``optimizer`` that is none, ``amp_lists``
+that are no ``AutoMixedPrecisionLists``. The loss-scaling settings live in
+one :class:`LossScaling` record rather than one attribute each;
 ``master_grad=True`` and optimizers with their own overflow check
 (``_supports_check_nan_inf``) are ``Unimplemented``.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import numbers
-import types
 import warnings
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplemented
 from refimpl.framework import unique_name
-from refimpl.framework.program import default_main_program, program_guard
+from refimpl.framework.program import program_guard
 from refimpl.static.input import create_global_var
 from refimpl.static.layer_helper import LayerHelper
 from refimpl.tensor.manipulation import concat
 
 from .amp_nn import check_finite_and_unscale, update_loss_scaling
-from .fp16_lists import AutoMixedPrecisionLists, check_amp_dtype
+from .fp16_lists import AutoMixedPrecisionLists, check_amp_dtype, od_lists
 from .fp16_utils import cast_model_to_fp16, cast_parameters_to_fp16, update_role_var_grad
+from .wrapper_common import (check_amp_lists, check_optimizer, float32_loss, innermost_optimizer,
+                             learning_rate_to_var, warn_own_minimize)
 
 __all__ = ["OptimizerWithMixedPrecision", "decorate"]
+
+_LEVELS = ("O0", "OD", "O1", "O2")
+_LISTS_HINT = "paddle.static.amp.CustomOpLists(...)"
+
+
+@dataclasses.dataclass(frozen=True)
+class LossScaling:
+    """The loss-scaling settings of one wrapper (``update_loss_scaling``'s attrs when ``dynamic``)."""
+    init: float
+    dynamic: bool
+    incr_every_n_steps: int
+    decr_every_n_nan_or_inf: int
+    incr_ratio: float
+    decr_ratio: float
+
+    @property
+    def active(self) -> bool:
+        """Whether the loss is scaled (and the gradients unscaled): not for a fixed scale of 1.0."""
+        return self.dynamic or self.init != 1.0
 
 
 def _check_loss_scaling(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) > 0:
         raise InvalidArgument(f"decorate: init_loss_scaling must be a positive number, got {value!r}")
     return float(value)
+
+
+def _check_scaling_steps(incr_every_n_steps: Any, decr_every_n_nan_or_inf: Any, incr_ratio: Any,
+                         decr_ratio: Any) -> None:
+    """Step counts are positive ints; the scale grows by ``incr_ratio`` >= 1 and shrinks by 0 < ``decr_ratio`` <= 1."""
+    for name, value in (("incr_every_n_steps", incr_every_n_steps),
+                        ("decr_every_n_nan_or_inf", decr_every_n_nan_or_inf)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise InvalidArgument(f"decorate: {name} must be a positive int, got {value!r}")
+    for name, value, ok in (("incr_ratio", incr_ratio, lambda r: r >= 1.0),
+                            ("decr_ratio", decr_ratio, lambda r: 0.0 < r <= 1.0)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not ok(float(value)):
+            bound = ">= 1" if name == "incr_ratio" else "in (0, 1]"
+            raise InvalidArgument(f"decorate: {name} must be a number {bound}, got {value!r}")
+
+
+def _loss_scaling(dtype: str, init: Any, dynamic: bool, incr_every_n_steps: int, decr_every_n_nan_or_inf: int,
+                  incr_ratio: float, decr_ratio: float) -> LossScaling:
+    init = _check_loss_scaling(init)
+    _check_scaling_steps(incr_every_n_steps, decr_every_n_nan_or_inf, incr_ratio, decr_ratio)
+    if dtype == "bfloat16" and dynamic:  # bfloat16 has float32's range: Paddle turns scaling off
+        warnings.warn("Dynamic loss scaling for bfloat16 amp training is disabled, and the init_loss_scaling "
+                      "is changed to 1.0 automatically by PaddlePaddle.")
+        init, dynamic = 1.0, False
+    return LossScaling(init, bool(dynamic), incr_every_n_steps, decr_every_n_nan_or_inf, incr_ratio, decr_ratio)
 
 
 def _set_multi_precision(optimizer: Any, multi_precision: bool) -> None:
@@ -87,6 +137,11 @@ def _any(x: Any) -> Any:
     return out
 
 
+def _persistable(prefix: str, value: Any, dtype: str) -> Any:
+    return create_global_var(name=unique_name.generate(prefix), shape=[1], value=value, dtype=dtype,
+                             persistable=True)
+
+
 class OptimizerWithMixedPrecision:
     """An optimizer plus AMP: casts in the program, loss scaling, overflow-skipping updates."""
 
@@ -94,41 +149,35 @@ class OptimizerWithMixedPrecision:
                  use_dynamic_loss_scaling: bool, incr_every_n_steps: int, decr_every_n_nan_or_inf: int,
                  incr_ratio: float, decr_ratio: float, use_amp_guard: Optional[bool] = None,
                  use_master_grad: bool = False, use_promote: bool = False) -> None:
-        if not hasattr(optimizer, "_learning_rate"):
-            raise InvalidArgument(f"decorate: optimizer must be a paddle.optimizer.Optimizer, "
-                                  f"got {type(optimizer).__name__}")
-        self._optimizer = optimizer
-        self._amp_lists = amp_lists
-        self._param_grads: Any = None
-        self._train_program: Any = None
-        self._is_distributed = False
-        self._use_master_grad = False
-        self._scaled_loss: Any = None
-        self._loss_scaling: Any = None
-        self._init_loss_scaling = _check_loss_scaling(init_loss_scaling)
-        self._use_dynamic_loss_scaling = bool(use_dynamic_loss_scaling)
-        if dtype == "bfloat16" and use_dynamic_loss_scaling:
-            self._use_dynamic_loss_scaling = False
-            self._init_loss_scaling = 1.0
-            warnings.warn("Dynamic loss scaling for bfloat16 amp training is disabled, and the init_loss_scaling "
-                          "is changed to 1.0 automatically by PaddlePaddle.")
-        self._amp_vartype = dtype
-        self._learning_rate = optimizer._learning_rate
-        self._learning_rate_map = optimizer._learning_rate_map
-        self._use_pure_fp16 = level == "O2"
+        check_optimizer("decorate", optimizer)
+        check_amp_lists("decorate", amp_lists, AutoMixedPrecisionLists, _LISTS_HINT)
         if use_master_grad:
             raise Unimplemented("decorate: master_grad=True (float32 master gradients) is not implemented in refimpl")
+        self._optimizer = optimizer
+        self._amp_lists = amp_lists
         self._amp_level = level
+        self._amp_vartype = dtype
+        self._use_pure_fp16 = level == "O2"  # O2 casts the parameters too
         self._use_fp16_guard = bool(use_amp_guard)
-        self._to_fp16_var_names: Any = None
-        self._incr_every_n_steps = incr_every_n_steps
-        self._decr_every_n_nan_or_inf = decr_every_n_nan_or_inf
-        self._incr_ratio = incr_ratio
-        self._decr_ratio = decr_ratio
+        self.use_promote = use_promote
+        self._scaling = _loss_scaling(dtype, init_loss_scaling, use_dynamic_loss_scaling, incr_every_n_steps,
+                                      decr_every_n_nan_or_inf, incr_ratio, decr_ratio)
+        self._is_distributed = False
+        # made by backward()
+        self._train_program: Any = None
+        self._loss_scaling: Any = None
         self._num_good_steps: Any = None
         self._num_bad_steps: Any = None
-        self.use_promote = use_promote
-        self._float_status: Any = None
+        self._scaled_loss: Any = None
+        self._to_fp16_var_names: Any = None
+
+    @property
+    def _learning_rate(self) -> Any:
+        return self._optimizer._learning_rate
+
+    @property
+    def _learning_rate_map(self) -> Any:
+        return self._optimizer._learning_rate_map
 
     def _set_distributed(self, flag: bool) -> None:
         """With data parallelism, one ``check_finite_and_unscale`` per gradient (to overlap the allreduce)."""
@@ -146,18 +195,18 @@ class OptimizerWithMixedPrecision:
     def _supports_check_nan_inf(self) -> bool:
         return getattr(self._optimizer, "_supports_check_nan_inf", False)
 
-    def _init_amp_var(self) -> None:
-        self._loss_scaling = create_global_var(name=unique_name.generate("loss_scaling"), shape=[1],
-                                               value=self._init_loss_scaling, dtype="float32", persistable=True)
-        if self._use_dynamic_loss_scaling:
-            self._num_good_steps = create_global_var(name=unique_name.generate("num_good_steps"), shape=[1],
-                                                     value=0, dtype="int32", persistable=True)
-            self._num_bad_steps = create_global_var(name=unique_name.generate("num_bad_steps"), shape=[1],
-                                                    value=0, dtype="int32", persistable=True)
-        if isinstance(self._optimizer._learning_rate, float):  # float32, as the master parameters
-            self._optimizer._learning_rate_map[default_main_program()] = create_global_var(
-                name=unique_name.generate("learning_rate"), shape=[1],
-                value=float(self._optimizer._learning_rate), dtype="float32", persistable=True)
+    def _create_state(self) -> None:
+        """The persistable state, in Paddle's order: scale, step counters (dynamic only), learning rate."""
+        self._loss_scaling = _persistable("loss_scaling", self._scaling.init, "float32")
+        if self._scaling.dynamic:
+            self._num_good_steps = _persistable("num_good_steps", 0, "int32")
+            self._num_bad_steps = _persistable("num_bad_steps", 0, "int32")
+        learning_rate_to_var(self._optimizer)
+
+    def _cast_program(self, program: Any) -> Any:
+        """Insert the casts of this wrapper's level; ``fp16_guard`` counts at O2 only."""
+        return cast_model_to_fp16(program, self._amp_lists, self._use_pure_fp16 and self._use_fp16_guard,
+                                  self._amp_vartype, level=self._amp_level, use_promote=self.use_promote)
 
     def backward(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
                  no_grad_set: Any = None, callbacks: Any = None) -> List[Tuple[Any, Any]]:
@@ -165,22 +214,15 @@ class OptimizerWithMixedPrecision:
         if self._supports_check_nan_inf():
             raise Unimplemented(f"decorate: {type(self._optimizer).__name__} checks nan/inf itself "
                                 f"(_supports_check_nan_inf); refimpl does not implement that path")
-        self._train_program = loss.block.program
-        with program_guard(self._train_program, startup_program):
-            self._init_amp_var()
+        program = loss.block.program
+        self._train_program = program
+        with program_guard(program, startup_program):
+            self._create_state()
+            low_names = self._cast_program(program)
             if self._use_pure_fp16:
-                self._to_fp16_var_names = cast_model_to_fp16(
-                    self._train_program, self._amp_lists, self._use_fp16_guard, self._amp_vartype,
-                    level="O2", use_promote=self.use_promote)
-            else:  # fp16_guard is not used at O1
-                cast_model_to_fp16(self._train_program, self._amp_lists, use_fp16_guard=False,
-                                   dest_type=self._amp_vartype, level=self._amp_level, use_promote=self.use_promote)
-            if loss.dtype != "float32":
-                loss = loss.astype("float32")
-            if self._use_dynamic_loss_scaling or self._init_loss_scaling != 1.0:
-                self._scaled_loss = loss * self._loss_scaling
-            else:
-                self._scaled_loss = loss
+                self._to_fp16_var_names = low_names  # the parameters amp_init converts
+            loss = float32_loss(loss)
+            self._scaled_loss = loss * self._loss_scaling if self._scaling.active else loss
             return self._optimizer.backward(self._scaled_loss, startup_program, parameter_list, no_grad_set,
                                             callbacks)
 
@@ -192,77 +234,72 @@ class OptimizerWithMixedPrecision:
         if self._use_pure_fp16:
             cast_parameters_to_fp16(place, self._train_program, scope, self._to_fp16_var_names, self._amp_vartype,
                                     rewrite_master_weight, getattr(self._optimizer, "_master_weights", {}))
-        if test_program is None:
-            return
-        if self._use_pure_fp16:
-            cast_model_to_fp16(test_program, self._amp_lists, self._use_fp16_guard, self._amp_vartype,
-                               level="O2", use_promote=self.use_promote)
-        elif use_fp16_test:
-            cast_model_to_fp16(test_program, self._amp_lists, use_fp16_guard=False, dest_type=self._amp_vartype,
-                               level=self._amp_level, use_promote=self.use_promote)
+        if test_program is not None and (self._use_pure_fp16 or use_fp16_test):
+            self._cast_program(test_program)
 
     def apply_gradients(self, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
         """Unscale and check the gradients, update the scale, then the optimizer's update ops."""
         update_role_var_grad(self._train_program, params_grads)
-        if not self._use_dynamic_loss_scaling and self._init_loss_scaling == 1.0:
-            return self._optimizer.apply_gradients(params_grads)
-        found_inf = self._check_finite_and_unscale(params_grads)
-        if self._use_dynamic_loss_scaling and self._amp_vartype == "float16":
-            self._add_dynamic_loss_scaling(params_grads, found_inf)
-        real_optimizer = self._optimizer
-        while hasattr(real_optimizer, "inner_opt"):
-            real_optimizer = real_optimizer.inner_opt
-        from refimpl.optimizer import Adam
-        if isinstance(real_optimizer, Adam):  # AdamW is an Adam: both read the flag on the CPU
-            with self._train_program._optimized_guard([]):
-                found_inf = _memcpy_to_cpu(found_inf)
-        if hasattr(real_optimizer, "_set_auxiliary_var"):
-            real_optimizer._set_auxiliary_var("found_inf", found_inf)
+        if self._scaling.active:
+            found_inf = self._check_finite_and_unscale(params_grads)
+            if self._scaling.dynamic and self._amp_vartype == "float16":
+                self._add_dynamic_loss_scaling(params_grads, found_inf)
+            self._hand_overflow_flag(found_inf)
         return self._optimizer.apply_gradients(params_grads)
 
+    def _hand_overflow_flag(self, found_inf: Any) -> None:
+        """The update ops skip a step that overflowed: Adam / AdamW read the flag on the CPU (a ``memcpy``)."""
+        from refimpl.optimizer import Adam  # AdamW is an Adam
+        target = innermost_optimizer(self._optimizer)
+        if isinstance(target, Adam):
+            with self._train_program._optimized_guard([]):
+                found_inf = _memcpy_to_cpu(found_inf)
+        if hasattr(target, "_set_auxiliary_var"):
+            target._set_auxiliary_var("found_inf", found_inf)
+
     def _split_grads(self, params_grads: Sequence[Tuple[Any, Any]]) -> Tuple[list, list, list]:
+        """(every gradient, the float32 ones, the low-precision ones)."""
         grads = [g for _, g in params_grads]
-        fp32_grads = [g for g in grads if g.dtype == "float32"]
-        fp16_grads = [g for g in grads if g.dtype == self._amp_vartype]
-        if len(fp32_grads) + len(fp16_grads) != len(grads):
+        by_dtype = {d: [g for g in grads if g.dtype == d] for d in ("float32", self._amp_vartype)}
+        if sum(map(len, by_dtype.values())) != len(grads):
             raise InvalidArgument(f"Data types of all grads must be either {self._amp_vartype} or float32, got "
                                   f"{sorted({g.dtype for g in grads})}")
-        return grads, fp32_grads, fp16_grads
+        return grads, by_dtype["float32"], by_dtype[self._amp_vartype]
 
     def _check_finite_and_unscale(self, params_grads: Sequence[Tuple[Any, Any]]) -> Any:
         """One ``check_finite_and_unscale`` per group of gradients: all of them; at O2 one per dtype;
         distributed, one per gradient. Returns the overflow flag."""
-        grads, fp32_grads, fp16_grads = self._split_grads(params_grads)
+        grads, fp32_grads, low_grads = self._split_grads(params_grads)
         if self._is_distributed:
             groups = [([g], [p, g], "find_infinite_scale") for p, g in params_grads]
         elif self._use_pure_fp16:
             groups = [(gs, gs, name) for gs, name in ((fp32_grads, "find_infinite_scale_fp32"),
-                                                      (fp16_grads, "find_infinite_scale_fp16")) if gs]
+                                                      (low_grads, "find_infinite_scale_fp16")) if gs]
         else:
             groups = [(grads, grads, "find_infinite_scale")]
-        found_infs = []
+        flags = []
         for group, role_vars, name in groups:
             with self._train_program._optimized_guard(role_vars):
-                found_infs.append(check_finite_and_unscale(group, self._loss_scaling, name=name)[1])
-        if len(found_infs) == 1:
-            return found_infs[0]
+                flags.append(check_finite_and_unscale(group, self._loss_scaling, name=name)[1])
+        if len(flags) == 1:
+            return flags[0]
         with self._train_program._optimized_guard([]):  # the flags ORed: concat + any
-            return _any(concat(found_infs))
+            return _any(concat(flags))
 
     def _add_dynamic_loss_scaling(self, params_grads: Sequence[Tuple[Any, Any]], found_inf: Any) -> None:
-        grads, fp32_grads, fp16_grads = self._split_grads(params_grads)
-        args = (found_inf, self._loss_scaling, self._num_good_steps, self._num_bad_steps, self._incr_every_n_steps,
-                self._decr_every_n_nan_or_inf, self._incr_ratio, self._decr_ratio)
+        """``update_loss_scaling`` over all gradients; at O2 one per dtype, the second with ``stop_update``."""
+        grads, fp32_grads, low_grads = self._split_grads(params_grads)
+        cfg = self._scaling
+        args = (found_inf, self._loss_scaling, self._num_good_steps, self._num_bad_steps, cfg.incr_every_n_steps,
+                cfg.decr_every_n_nan_or_inf, cfg.incr_ratio, cfg.decr_ratio)
+        if self._use_pure_fp16:
+            parts = [(gs, name) for gs, name in ((fp32_grads, "update_loss_scaling_fp32"),
+                                                 (low_grads, "update_loss_scaling_fp16")) if gs]
+        else:
+            parts = [(grads, "update_loss_scaling")]
         with self._train_program._optimized_guard([]):
-            if not self._use_pure_fp16:
-                update_loss_scaling(grads, *args, name="update_loss_scaling")
-                return
-            stop_update = False
-            if fp32_grads:
-                update_loss_scaling(fp32_grads, *args, stop_update=stop_update, name="update_loss_scaling_fp32")
-                stop_update = True
-            if fp16_grads:
-                update_loss_scaling(fp16_grads, *args, stop_update=stop_update, name="update_loss_scaling_fp16")
+            for i, (group, name) in enumerate(parts):  # the second (float16) one only counts no steps
+                update_loss_scaling(group, *args, stop_update=i > 0, name=name)
 
     def apply_optimize(self, loss: Any, startup_program: Any, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
         with program_guard(loss.block.program, startup_program):
@@ -271,13 +308,10 @@ class OptimizerWithMixedPrecision:
     def minimize(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
                  no_grad_set: Any = None) -> Tuple[List[Any], List[Tuple[Any, Any]]]:
         """backward + apply_optimize; returns (optimize ops, scaled (param, grad) pairs)."""
-        opt_dict = type(self._optimizer).__dict__
-        if "minimize" in opt_dict and isinstance(opt_dict["minimize"], types.FunctionType):
-            warnings.warn("The decorated optimizer has its own `minimize` method, but it will not be executed.")
-        scaled_params_grads = self.backward(loss, startup_program=startup_program, parameter_list=parameter_list,
-                                            no_grad_set=no_grad_set)
-        optimize_ops = self.apply_optimize(loss, startup_program, scaled_params_grads)
-        return optimize_ops, scaled_params_grads
+        warn_own_minimize(self._optimizer)
+        scaled = self.backward(loss, startup_program=startup_program, parameter_list=parameter_list,
+                               no_grad_set=no_grad_set)
+        return self.apply_optimize(loss, startup_program, scaled), scaled
 
 
 def _decorate_fp16_only(optimizer: Any, amp_lists: Any = None, init_loss_scaling: float = 2.0 ** 15,
@@ -285,16 +319,16 @@ def _decorate_fp16_only(optimizer: Any, amp_lists: Any = None, init_loss_scaling
                         decr_ratio: float = 0.8, use_dynamic_loss_scaling: bool = True, use_pure_fp16: bool = False,
                         use_fp16_guard: Optional[bool] = None, use_bf16: bool = False,
                         use_promote: bool = False) -> OptimizerWithMixedPrecision:
-    amp_dtype = "bfloat16" if use_bf16 else "float16"
-    if amp_lists is None:
-        amp_lists = AutoMixedPrecisionLists(dtype=amp_dtype)
-    if use_fp16_guard is None:
-        use_fp16_guard = use_pure_fp16
-    return OptimizerWithMixedPrecision(
-        optimizer, amp_lists, level="O2" if use_pure_fp16 else "O1", dtype=amp_dtype,
+    check_optimizer("decorate", optimizer)
+    dtype = "bfloat16" if use_bf16 else "float16"
+    lists = AutoMixedPrecisionLists(dtype=dtype) if amp_lists is None else amp_lists
+    guard = use_pure_fp16 if use_fp16_guard is None else use_fp16_guard  # the guard comes with pure fp16
+    scaling: Dict[str, Any] = dict(
         init_loss_scaling=init_loss_scaling, use_dynamic_loss_scaling=use_dynamic_loss_scaling,
         incr_every_n_steps=incr_every_n_steps, decr_every_n_nan_or_inf=decr_every_n_nan_or_inf,
-        incr_ratio=incr_ratio, decr_ratio=decr_ratio, use_amp_guard=use_fp16_guard, use_promote=use_promote)
+        incr_ratio=incr_ratio, decr_ratio=decr_ratio)
+    return OptimizerWithMixedPrecision(optimizer, lists, "O2" if use_pure_fp16 else "O1", dtype,
+                                       use_amp_guard=guard, use_promote=use_promote, **scaling)
 
 
 def _decorate_common(optimizer: Any, amp_lists: Any = None, level: str = "O1", dtype: str = "float16",
@@ -303,25 +337,27 @@ def _decorate_common(optimizer: Any, amp_lists: Any = None, level: str = "O1", d
                      decr_every_n_nan_or_inf: int = 1, incr_ratio: float = 2.0, decr_ratio: float = 0.5,
                      use_dynamic_loss_scaling: Optional[bool] = None, use_amp_guard: bool = False,
                      use_promote: bool = False) -> OptimizerWithMixedPrecision:
+    check_optimizer("decorate", optimizer)
     level = level.upper() if isinstance(level, str) else level
-    if level not in ("O0", "OD", "O1", "O2"):
+    if level not in _LEVELS:
         raise InvalidArgument(f"decorate: level should be O0, OD, O1 or O2, got {level!r}")
     amp_dtype = check_amp_dtype(dtype)
-    if amp_lists is not None and level == "OD":
-        warnings.warn("If the Amp level is set to OD, the amp list will not be used.")
-    if amp_lists is None or level == "OD":
-        amp_lists = AutoMixedPrecisionLists(dtype=amp_dtype)
+    if amp_lists is not None:
+        check_amp_lists("decorate", amp_lists, AutoMixedPrecisionLists, _LISTS_HINT)
+        if level == "OD":
+            warnings.warn("If the Amp level is set to OD, the amp list will not be used.")
     if level == "OD":
-        amp_lists.black_list = amp_lists.all_list - amp_lists.white_list
-    if use_dynamic_loss_scaling is None:
-        use_dynamic_loss_scaling = amp_dtype == "float16"
-    if optimizer is not None:
-        _set_multi_precision(optimizer, master_weight is not False)
-    return OptimizerWithMixedPrecision(
-        optimizer, amp_lists, level=level, dtype=amp_dtype, init_loss_scaling=init_loss_scaling,
-        use_dynamic_loss_scaling=use_dynamic_loss_scaling, incr_every_n_steps=incr_every_n_steps,
-        decr_every_n_nan_or_inf=decr_every_n_nan_or_inf, incr_ratio=incr_ratio, decr_ratio=decr_ratio,
-        use_amp_guard=use_amp_guard, use_promote=use_promote, use_master_grad=master_grad)
+        lists = od_lists(amp_dtype)
+    else:
+        lists = AutoMixedPrecisionLists(dtype=amp_dtype) if amp_lists is None else amp_lists
+    dynamic = amp_dtype == "float16" if use_dynamic_loss_scaling is None else use_dynamic_loss_scaling
+    _set_multi_precision(optimizer, master_weight is not False)
+    scaling: Dict[str, Any] = dict(
+        init_loss_scaling=init_loss_scaling, use_dynamic_loss_scaling=dynamic,
+        incr_every_n_steps=incr_every_n_steps, decr_every_n_nan_or_inf=decr_every_n_nan_or_inf,
+        incr_ratio=incr_ratio, decr_ratio=decr_ratio)
+    return OptimizerWithMixedPrecision(optimizer, lists, level, amp_dtype, use_amp_guard=use_amp_guard,
+                                       use_promote=use_promote, use_master_grad=master_grad, **scaling)
 
 
 _FP16_ONLY_ARGS = _decorate_fp16_only.__code__.co_varnames[:_decorate_fp16_only.__code__.co_argcount]

@@ -30,7 +30,7 @@ a misspelt op would otherwise change nothing, silently.
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable, Optional, Set, Tuple
+from typing import Any, Iterable, Optional, Sequence, Set, Tuple
 
 from refimpl.core.dtypes import convert_dtype
 from refimpl.core.errors import InvalidArgument
@@ -161,6 +161,26 @@ def check_op_names(owner: str, list_name: str, names: Optional[Iterable[str]]) -
                                   f"Paddle's AMP lists know")
 
 
+def refuse_overlap(first: Optional[Iterable[str]], second: Optional[Iterable[str]], message: str) -> None:
+    """InvalidArgument (``message`` formatted with the op) when an op is in both custom lists."""
+    shared = [name for name in (first or ()) if name in set(second or ())]
+    if shared:
+        raise InvalidArgument(message.format(shared[0]))
+
+
+def move_custom_ops(names: Optional[Iterable[str]], into: Set[str], out_of: Sequence[Set[str]],
+                    also_into: Sequence[Set[str]] = ()) -> None:
+    """Each of ``names`` leaves the first list of ``out_of`` that holds it and joins ``into`` (and
+    ``also_into``): how a custom list overrides the default ones."""
+    for name in names or ():
+        holder = next((lst for lst in out_of if name in lst), None)
+        if holder is not None:
+            holder.discard(name)
+        into.add(name)
+        for extra in also_into:
+            extra.add(name)
+
+
 class AutoMixedPrecisionLists:
     """White / black / gray op lists for AMP, updated by the custom lists (Paddle's class).
 
@@ -174,40 +194,31 @@ class AutoMixedPrecisionLists:
                  custom_black_list: Optional[Iterable[str]] = None,
                  custom_black_varnames: Optional[Iterable[str]] = None, dtype: str = "float16") -> None:
         self.amp_dtype = check_amp_dtype(dtype)
-        check_op_names("AutoMixedPrecisionLists", "custom_white_list", custom_white_list)
-        check_op_names("AutoMixedPrecisionLists", "custom_black_list", custom_black_list)
-        self._custom_white_list = custom_white_list
-        self._custom_black_list = custom_black_list
-        self.white_list = _get_white_list(self.amp_dtype)
-        self.black_list = _get_black_list()
-        self.gray_list = copy.copy(gray_list)
+        for list_name, names in (("custom_white_list", custom_white_list), ("custom_black_list", custom_black_list)):
+            check_op_names("AutoMixedPrecisionLists", list_name, names)
+        # fresh copies of the defaults for this dtype and device, which the custom lists then edit
+        self.white_list, self.black_list = _get_white_list(self.amp_dtype), _get_black_list()
+        self.gray_list = set(gray_list)
         _, unsupported, all_ops = _get_sys_unsupported_list(self.amp_dtype)
-        self.unsupported_list = set(unsupported)
-        self.all_list = set(all_ops)
+        self.unsupported_list, self.all_list = set(unsupported), set(all_ops)
         self.black_varnames = copy.copy(custom_black_varnames)
+        self._custom_white_list, self._custom_black_list = custom_white_list, custom_black_list
         self._update_list()
 
     def _update_list(self) -> None:
         """Move the custom ops into the white / black list, as Paddle's ``_update_list``."""
-        white, black = self._custom_white_list, self._custom_black_list
-        if white and black:
-            for op_name in white:
-                if op_name in black:
-                    raise InvalidArgument(f"The given custom_white_list overlaps custom_black_list "
-                                          f"with < {op_name} >!")
-        for op_name in white or ():
-            if op_name in self.black_list:
-                self.black_list.remove(op_name)
-            elif op_name in self.gray_list:
-                self.gray_list.remove(op_name)
-            self.white_list.add(op_name)
-        for op_name in black or ():
-            if op_name in self.white_list:
-                self.white_list.remove(op_name)
-            elif op_name in self.gray_list:
-                self.gray_list.remove(op_name)
-            self.black_list.add(op_name)
-            self.unsupported_list.add(op_name)
+        refuse_overlap(self._custom_white_list, self._custom_black_list,
+                       "The given custom_white_list overlaps custom_black_list with < {} >!")
+        move_custom_ops(self._custom_white_list, into=self.white_list, out_of=(self.black_list, self.gray_list))
+        move_custom_ops(self._custom_black_list, into=self.black_list, out_of=(self.white_list, self.gray_list),
+                        also_into=(self.unsupported_list,))
+
+
+def od_lists(dtype: str) -> AutoMixedPrecisionLists:
+    """Level OD's lists: the default white ops run in low precision, every other op is black."""
+    lists = AutoMixedPrecisionLists(dtype=dtype)
+    lists.black_list = lists.all_list - lists.white_list
+    return lists
 
 
 CustomOpLists = AutoMixedPrecisionLists

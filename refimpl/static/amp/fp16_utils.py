@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Dict, Iterator, List, Optional, Set
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from refimpl.core.scope import global_scope
 from refimpl.framework.op_role import OP_DEVICE_ATTR, OP_ROLE_ATTR, OP_ROLE_VAR_ATTR, OpRole
 from refimpl.framework.program import name_scope
 
-from .fp16_lists import AutoMixedPrecisionLists, black_list, get_low_precision_vartype
+from .fp16_lists import AutoMixedPrecisionLists, black_list, get_low_precision_vartype, od_lists
 from .fp16_promote import (FLOAT_TYPES, SUPPORT_FLOAT_TYPES, find_true_prev_op, get_amp_dst_dtype, get_promote_dtype,
                            keep_fp32_input, keep_fp32_output, keep_layer_norm_scale_bias_to_fp32, need_keep_fp32,
                            op_need_keep_fp32, process_op_input_and_outputs)
@@ -72,11 +72,6 @@ def _rename_op_input(program: Any, op_var_rename_map: List[Dict[str, str]], orig
                     op._rename_input(name, op_var_rename_map[block.idx][name])
 
 
-def _dtype_to_str(dtype: str) -> str:
-    """The cast-var suffix key: 'fp16' for both low-precision dtypes (Paddle's naming), else 'fp32'."""
-    return "fp16" if dtype in ("float16", "bfloat16") else "fp32"
-
-
 def _set_float_dtype_attrs(op: Any, dest_dtype: str) -> None:
     for attr_name in ("in_dtype", "out_dtype", "dtype"):
         if op.has_attr(attr_name) and op.attr(attr_name) in _FLOAT_ATTR_CODES:
@@ -90,48 +85,66 @@ def _device_of(op: Any) -> str:
 def _cast_device(block: Any, op: Any, in_var: Any, in_var_name: str, src_dtype: str) -> str:
     """The cast's ``op_device``: the op's, or, for a float32 stop-gradient input, an ``all`` device of
     the op that produced it (Paddle's pipeline rule: one send less)."""
-    op_device = _device_of(op)
-    if src_dtype != "float32" or not in_var.stop_gradient:
-        return op_device
-    prev_op = None
-    if in_var.op is op:
-        prev_op = find_true_prev_op(block.ops, op, in_var_name)
-    elif in_var.op is not None:
-        prev_op = in_var.op
-    prev_device = _device_of(prev_op) if prev_op is not None else ""
-    return prev_device if "all" in prev_device else op_device
+    own = _device_of(op)
+    if src_dtype != "float32" or not in_var.stop_gradient or in_var.op is None:
+        return own
+    writer = find_true_prev_op(block.ops, op, in_var_name) if in_var.op is op else in_var.op
+    writer_device = "" if writer is None else _device_of(writer)
+    return writer_device if "all" in writer_device else own
+
+
+def cast_var_name(name: str, dest_dtype: str, low_key: str) -> str:
+    """``{name}.cast_{key}``: ``low_key`` for a low-precision target ('fp16' or 'bf16'), 'fp32' otherwise."""
+    return f"{name}.cast_{'fp32' if dest_dtype == 'float32' else low_key}"
+
+
+def insert_cast(block: Any, idx: int, src: Any, cast_name: str, dest_dtype: str,
+                extra_attrs: Optional[Dict[str, Any]] = None) -> Tuple[Any, int]:
+    """The var ``cast_name`` holding ``src`` as ``dest_dtype``, and how many ``cast`` ops that took (0: a
+    var of that name and dtype is in ``block`` already; 1: a new one is written at ``idx``)."""
+    existing = block.vars.get(cast_name)
+    if existing is not None and existing.dtype == dest_dtype:
+        return existing, 0
+    out = block.create_var(name=cast_name, dtype=dest_dtype, persistable=False, stop_gradient=src.stop_gradient)
+    attrs = {"in_dtype": to_vartype(src.dtype), "out_dtype": to_vartype(dest_dtype)}
+    attrs.update(extra_attrs or {})
+    block._insert_op(idx, type="cast", inputs={"X": src}, outputs={"Out": out}, attrs=attrs)
+    return out, 1
+
+
+def insert_before_each_op(block: Any, insert: Callable[[Any, int], int]) -> None:
+    """Call ``insert(op, idx)`` for each op of ``block`` that was there before; it returns how many ops it
+    put into the block (before or right after ``op``), which the walk steps over."""
+    idx = 0
+    while idx < len(block.ops):
+        idx += insert(block.ops[idx], idx) + 1
 
 
 def _insert_cast_op(block: Any, op: Any, idx: int, src_dtype: str, dest_dtype: str) -> int:
     """Cast each ``src_dtype`` input of ``op`` to ``dest_dtype`` before it (at ``idx``); returns how many casts."""
-    num_cast_ops = 0
-    for in_name in sorted(op.input_names):  # Paddle's desc keeps slots sorted by name
-        if src_dtype == "float32" and keep_fp32_input(op, in_name):
+    inserted = 0
+    for slot in sorted(op.input_names):  # Paddle's desc keeps slots sorted by name
+        if src_dtype == "float32" and keep_fp32_input(op, slot):
             continue
-        for in_var_name in op.input(in_name):
-            in_var = block._find_var_recursive(in_var_name)
-            if in_var is None or in_var.type not in _valid_types or in_var.dtype == dest_dtype:
+        for name in op.input(slot):
+            var = block._find_var_recursive(name)
+            if var is None or var.type not in _valid_types or var.dtype == dest_dtype:
                 continue
-            cast_name = in_var.name + ".cast_" + _dtype_to_str(dest_dtype)
-            casted_var = block._find_var_recursive(cast_name)
-            if casted_var is not None and casted_var.dtype == dest_dtype:
-                _rename_arg(op, in_var.name, casted_var.name)
+            cast_name = cast_var_name(var.name, dest_dtype, "fp16")  # bf16 too: Paddle keeps the fp16 key
+            earlier = block._find_var_recursive(cast_name)
+            if earlier is not None and earlier.dtype == dest_dtype:  # cast before (maybe in a parent block)
+                _rename_arg(op, var.name, earlier.name)
                 continue
-            if in_var.dtype != src_dtype:
+            if var.dtype != src_dtype:
                 continue
-            out_var = block.vars.get(cast_name)
-            if out_var is None or out_var.dtype != dest_dtype:
-                op_device = _cast_device(block, op, in_var, in_var_name, src_dtype)
-                out_var = block.create_var(name=cast_name, dtype=dest_dtype, persistable=False,
-                                           stop_gradient=in_var.stop_gradient)
-                role = op.attr(OP_ROLE_ATTR) if op.has_attr(OP_ROLE_ATTR) else int(OpRole.Forward)
-                block._insert_op(idx, type="cast", inputs={"X": in_var}, outputs={"Out": out_var},
-                                 attrs={"in_dtype": to_vartype(in_var.dtype), "out_dtype": to_vartype(dest_dtype),
-                                        OP_DEVICE_ATTR: op_device, OP_ROLE_ATTR: role})
-                num_cast_ops += 1
-            _rename_arg(op, in_var.name, out_var.name)
+            role = op.attr(OP_ROLE_ATTR) if op.has_attr(OP_ROLE_ATTR) else int(OpRole.Forward)
+            device = _cast_device(block, op, var, name, src_dtype)
+            casted, made = insert_cast(block, idx, var, cast_name, dest_dtype,
+                                       {OP_DEVICE_ATTR: device, OP_ROLE_ATTR: role})
+            inserted += made
+            _rename_arg(op, var.name, casted.name)
     _set_float_dtype_attrs(op, dest_dtype)
-    return num_cast_ops
+    return inserted
 
 
 def find_true_post_op(ops: Any, cur_op: Any, var_name: str, search_all: bool = False) -> List[Any]:
@@ -162,27 +175,28 @@ def fp16_guard() -> Iterator[None]:
         yield
 
 
+def _inputs_kept_fp32(op: Any, amp_lists: Any, use_fp16_guard: bool) -> Set[str]:
+    """The inputs of ``op`` that must stay float32: all of a float32-only op's, else its float32 slots'."""
+    if need_keep_fp32(op, amp_lists.unsupported_list, use_fp16_guard):
+        return set(op.input_arg_names)
+    return {name for slot in op.input_names if keep_fp32_input(op, slot) for name in op.input(slot)}
+
+
 def set_param_dtype(program: Any, dtype: str, amp_lists: Any, use_fp16_guard: bool, level: str) -> Set[str]:
-    """O2: make every parameter ``dtype`` except those a float32 op reads; returns the kept names."""
-    keep_fp32_var_names: Set[str] = set()
-    if level in ("O1", "OD"):
-        return keep_fp32_var_names
-    all_parameters = []
+    """O2: make every parameter ``dtype`` except those a float32 op reads; returns the kept names.
+
+    Black ops do not keep their parameters float32 here: a cast in front of them does."""
+    kept: Set[str] = set()
+    if level in ("O1", "OD"):  # the parameters stay float32
+        return kept
     for block in program.blocks:
-        all_parameters.extend(block.all_parameters())
         for op in block.ops:
-            if op.type in amp_lists.black_list:
-                continue
-            if need_keep_fp32(op, amp_lists.unsupported_list, use_fp16_guard):
-                keep_fp32_var_names.update(op.input_arg_names)
-            else:
-                for in_name in op.input_names:
-                    if keep_fp32_input(op, in_name):
-                        keep_fp32_var_names.update(op.input(in_name))
-    for param in all_parameters:
-        if param.name not in keep_fp32_var_names:
+            if op.type not in amp_lists.black_list:
+                kept |= _inputs_kept_fp32(op, amp_lists, use_fp16_guard)
+    for param in (p for block in program.blocks for p in block.all_parameters()):
+        if param.name not in kept:
             param.dtype = dtype
-    return keep_fp32_var_names
+    return kept
 
 
 def _need_process(op: Any) -> bool:
@@ -238,17 +252,24 @@ def _classify_op(op: Any, block: Any, global_block: Any, amp_lists: Any, use_fp1
     return to_fp16
 
 
+def _lists_for_level(amp_lists: Optional[AutoMixedPrecisionLists], dest_type: str,
+                     level: str) -> AutoMixedPrecisionLists:
+    """OD: fresh lists where only the white ops are low precision; O2: the lists without the default black
+    ops (edited in place, as Paddle edits the caller's lists); O1: the lists as given."""
+    if level == "OD":
+        return od_lists(dest_type)
+    lists = amp_lists if amp_lists is not None else AutoMixedPrecisionLists(dtype=dest_type)
+    if level == "O2":
+        lists.black_list = lists.black_list - black_list
+    return lists
+
+
 def cast_model_to_fp16(program: Any, amp_lists: Optional[AutoMixedPrecisionLists] = None,
                        use_fp16_guard: bool = True, dest_type: Any = "float16", level: str = "O2",
                        use_promote: bool = False) -> Set[str]:
     """Rewrite ``program`` for AMP at ``level``; returns the names of the vars that became low precision."""
     dest_type = get_low_precision_vartype(dest_type)
-    if amp_lists is None or level == "OD":
-        amp_lists = AutoMixedPrecisionLists(dtype=dest_type)
-    if level == "O2":  # no default black list at O2
-        amp_lists.black_list = amp_lists.black_list - black_list
-    if level == "OD":
-        amp_lists.black_list = amp_lists.all_list - amp_lists.white_list
+    amp_lists = _lists_for_level(amp_lists, dest_type, level)
     global_block = program.global_block()
     keep_fp32_ops: Set[Any] = set()
     keep_fp16_ops: Set[Any] = set()
@@ -259,16 +280,14 @@ def cast_model_to_fp16(program: Any, amp_lists: Optional[AutoMixedPrecisionLists
             if _need_process(op):
                 to_fp16_var_names |= _classify_op(op, block, global_block, amp_lists, use_fp16_guard, dest_type,
                                                   level, use_promote, keep_fp32_ops, keep_fp16_ops)
+    def insert(op: Any, idx: int) -> int:
+        made = _insert_cast_op(op.block, op, idx, "float32", dest_type) if op in keep_fp16_ops else 0
+        if op in keep_fp32_ops:
+            made += _insert_cast_op(op.block, op, idx, dest_type, "float32")
+        return made
+
     for block in program.blocks:
-        idx = 0
-        while idx < len(block.ops):
-            op = block.ops[idx]
-            num_cast_ops = 0
-            if op in keep_fp16_ops:
-                num_cast_ops += _insert_cast_op(block, op, idx, "float32", dest_type)
-            if op in keep_fp32_ops:
-                num_cast_ops += _insert_cast_op(block, op, idx, dest_type, "float32")
-            idx += num_cast_ops + 1
+        insert_before_each_op(block, insert)
     return to_fp16_var_names - keep_fp32_var_names
 
 
@@ -317,6 +336,43 @@ def _last_writer(block: Any, name: str) -> Any:
     return None
 
 
+def _grad_cast(block: Any, grad: Any) -> Any:
+    """The backward ``cast`` that makes the float32 ``grad`` out of a low-precision one, or None."""
+    if grad.dtype != "float32":
+        return None
+    writer = _last_writer(block, grad.name)
+    return writer if writer is not None and writer.type == "cast" else None
+
+
+def _hand_role_var_over(block: Any, cast: Any, param_name: str) -> None:
+    """The op making the low-precision gradient takes ``[param, low grad]`` as its ``op_role_var`` (in
+    front of what it had); the cast loses its own and becomes an Optimize op."""
+    if not (cast.attr(OP_ROLE_ATTR) & int(OpRole.Backward) and cast.has_attr(OP_ROLE_VAR_ATTR)):
+        raise InvalidArgument(f"The cast op {cast} must be in BACKWARD role and have op_role_var attr.")
+    cast._remove_attr(OP_ROLE_VAR_ATTR)
+    low_grad = cast.input("X")[0]
+    maker = find_true_prev_op(block.ops, cast, low_grad)
+    earlier = list(maker.attr(OP_ROLE_VAR_ATTR)) if maker.has_attr(OP_ROLE_VAR_ATTR) else []
+    maker._set_attr(OP_ROLE_VAR_ATTR, [param_name, low_grad] + earlier)
+    cast._set_attr(OP_ROLE_ATTR, int(OpRole.Optimize))
+
+
+def _move_to_end(block: Any, op: Any, out_name: str) -> None:
+    """Move ``op`` behind every other op of ``block``; nothing may read ``out_name`` after it."""
+    if op is block.ops[-1]:
+        return
+    readers = find_true_post_op(block.ops, op, out_name)
+    if readers:
+        raise InvalidArgument(f"The cast op {op}'s output should not be used by a non-optimize op, "
+                              f"however, it is used by {readers[0]}")
+    idx = find_op_index(block, op)
+    if idx == -1:
+        raise NotFound(f"The op {op} is not in program")
+    block._remove_op(idx)
+    block.ops.append(op)
+    block.program._bump()
+
+
 def update_role_var_grad(main_prog: Any, params_grads: Any) -> None:
     """Move each parameter gradient's float32 ``cast`` behind the backward, under role Optimize.
 
@@ -324,31 +380,8 @@ def update_role_var_grad(main_prog: Any, params_grads: Any) -> None:
     (so gradients cross devices in low precision), as Paddle does.
     """
     block = main_prog.global_block()
-    for p, g in params_grads:
-        op = _last_writer(block, g.name)
-        if g.dtype != "float32" or op is None or op.type != "cast":
-            continue
-        if op.attr(OP_ROLE_ATTR) & int(OpRole.Backward) and op.has_attr(OP_ROLE_VAR_ATTR):
-            op._remove_attr(OP_ROLE_VAR_ATTR)
-        else:
-            raise InvalidArgument(f"The cast op {op} must be in BACKWARD role and have op_role_var attr.")
-        fp16_grad_name = op.input(op.input_names[0])[0]
-        op_for_fp16_grad = find_true_prev_op(block.ops, op, fp16_grad_name)
-        attr_val = [p.name, fp16_grad_name]
-        if op_for_fp16_grad.has_attr(OP_ROLE_VAR_ATTR):
-            attr_val.extend(op_for_fp16_grad.attr(OP_ROLE_VAR_ATTR))
-        op_for_fp16_grad._set_attr(OP_ROLE_VAR_ATTR, attr_val)
-        op._set_attr(OP_ROLE_ATTR, int(OpRole.Optimize))
-        if op is block.ops[-1]:
-            continue
-        post_ops = find_true_post_op(block.ops, op, g.name)
-        if post_ops:
-            raise InvalidArgument(f"The cast op {op}'s output should not be used by a non-optimize op, "
-                                  f"however, it is used by {post_ops[0]}")
-        idx = find_op_index(block, op)
-        if idx == -1:
-            raise NotFound(f"The op {op} is not in program")
-        block._remove_op(idx)
-        block.ops.append(op)
-        block.program._bump()
-
+    for param, grad in params_grads:
+        cast = _grad_cast(block, grad)
+        if cast is not None:
+            _hand_role_var_over(block, cast, param.name)
+            _move_to_end(block, cast, grad.name)

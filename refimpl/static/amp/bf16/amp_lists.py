@@ -17,13 +17,12 @@ accepts it silently).
 """
 from __future__ import annotations
 
-import copy
 from typing import Iterable, Optional
 
 from refimpl.core.errors import InvalidArgument
 from refimpl.ops.registry import OPS
 
-from ..fp16_lists import BF16_WHITE_LIST, check_op_names
+from ..fp16_lists import BF16_WHITE_LIST, check_op_names, move_custom_ops, refuse_overlap
 from ..fp16_lists import black_list as black_list_fp16, gray_list as gray_list_fp16
 from ..fp16_lists import white_list as white_list_fp16
 
@@ -88,34 +87,21 @@ class AutoMixedPrecisionListsBF16:
     def __init__(self, custom_bf16_list: Optional[Iterable[str]] = None,
                  custom_fp32_list: Optional[Iterable[str]] = None,
                  custom_fp32_varnames: Optional[Iterable[str]] = None) -> None:
-        check_op_names("AutoMixedPrecisionListsBF16", "custom_bf16_list", custom_bf16_list)
-        check_op_names("AutoMixedPrecisionListsBF16", "custom_fp32_list", custom_fp32_list)
-        self._custom_bf16_list = custom_bf16_list
-        self._custom_fp32_list = custom_fp32_list
-        self.bf16_list = copy.copy(bf16_list)
-        self.fp32_list = copy.copy(fp32_list)
-        self.gray_list = copy.copy(gray_list)
-        self.bf16_initializer_list = copy.copy(bf16_initializer_list)
+        for list_name, names in (("custom_bf16_list", custom_bf16_list), ("custom_fp32_list", custom_fp32_list)):
+            check_op_names("AutoMixedPrecisionListsBF16", list_name, names)
+        # fresh copies of the module's defaults, which the custom lists then edit
+        self.bf16_list, self.fp32_list, self.gray_list = set(bf16_list), set(fp32_list), set(gray_list)
+        self.bf16_initializer_list = set(bf16_initializer_list)
         self.unsupported_list = _unsupported_list()
-        self.fp32_varnames = copy.copy(custom_fp32_varnames)
+        self.fp32_varnames = None if custom_fp32_varnames is None else set(custom_fp32_varnames)
+        self._custom_bf16_list, self._custom_fp32_list = custom_bf16_list, custom_fp32_list
         self._update_list()
 
     def _update_list(self) -> None:
-        bf16, fp32 = self._custom_bf16_list, self._custom_fp32_list
-        if bf16 and fp32:
-            for op_name in bf16:
-                if op_name in fp32:
-                    raise InvalidArgument("Custom bf16 list overlap custom fp32 list")
-        for op_name in bf16 or ():
-            if op_name in self.fp32_list:
-                self.fp32_list.remove(op_name)
-            elif op_name in self.gray_list:
-                self.gray_list.remove(op_name)
-            self.bf16_list.add(op_name)
-        for op_name in fp32 or ():
-            if op_name in self.bf16_list:
-                self.bf16_list.remove(op_name)
-            elif op_name in self.gray_list:
-                self.gray_list.remove(op_name)
-            self.fp32_list.add(op_name)
-            self.unsupported_list.add(op_name)
+        """A custom bf16 op leaves the fp32 (or gray) list; a custom fp32 op leaves the bf16 (or gray) list
+        and counts as unsupported, so pure bf16 keeps it float32."""
+        refuse_overlap(self._custom_bf16_list, self._custom_fp32_list,
+                       "Custom bf16 list overlap custom fp32 list with < {} >")
+        move_custom_ops(self._custom_bf16_list, into=self.bf16_list, out_of=(self.fp32_list, self.gray_list))
+        move_custom_ops(self._custom_fp32_list, into=self.fp32_list, out_of=(self.bf16_list, self.gray_list),
+                        also_into=(self.unsupported_list,))

@@ -28,11 +28,13 @@ from typing import Any, Dict, Iterator, List, Optional, Set
 import numpy as np
 
 from refimpl.core.dtypes import to_vartype
+from refimpl.core.errors import InvalidArgument
 from refimpl.core.scope import global_scope
 from refimpl.framework.program import name_scope
 
 from ..fp16_promote import find_true_prev_op
-from ..fp16_utils import _rename_arg, _rename_op_input, find_true_post_op
+from ..fp16_utils import (_rename_arg, _rename_op_input, cast_var_name, find_true_post_op, insert_before_each_op,
+                          insert_cast)
 from .amp_lists import AutoMixedPrecisionListsBF16
 
 __all__ = ["convert_float_to_uint16", "bf16_guard", "rewrite_program_bf16", "cast_model_to_bf16",
@@ -50,85 +52,79 @@ def convert_float_to_uint16(in_list: Any) -> np.ndarray:
     return (arr.view(np.uint32) >> 16).astype(np.uint16)
 
 
-def _dtype_to_str(dtype: str) -> str:
+def _suffix(dtype: str) -> str:
     return "bf16" if dtype == "bfloat16" else "fp32"
+
+
+def _skips_slot(op: Any, slot: str, inputs: bool) -> bool:
+    """A norm's statistics (its inputs but X / Z, its outputs but Y) keep their dtype."""
+    if op.type not in _NORMS:
+        return False
+    return slot not in ({"X", "Z"} if inputs else {"Y"})
 
 
 def _insert_cast_op(block: Any, op: Any, idx: int, src_dtype: str, dest_dtype: str) -> int:
     """Cast the ``src_dtype`` inputs of ``op`` to ``dest_dtype`` at ``idx``; fp32 -> bf16 also makes its
     float32 outputs bfloat16. Returns how many casts were inserted."""
-    num_cast_ops = 0
-    for in_name in sorted(op.input_names):  # Paddle's desc keeps slots sorted by name
-        if src_dtype == "float32" and op.type in _NORMS and in_name not in {"X", "Z"}:
+    inserted = 0
+    for slot in sorted(op.input_names):  # Paddle's desc keeps slots sorted by name
+        if src_dtype == "float32" and _skips_slot(op, slot, inputs=True):
             continue
-        for in_var_name in op.input(in_name):
-            in_var = block.var(in_var_name)
-            if in_var.type not in _valid_types or in_var.dtype == dest_dtype:
-                continue
-            if in_var.dtype != src_dtype:
-                if op.has_attr("in_dtype"):
-                    op._set_attr("in_dtype", to_vartype(dest_dtype))
-                continue
-            cast_name = in_var.name + ".cast_" + _dtype_to_str(dest_dtype)
-            out_var = block.vars.get(cast_name)
-            if out_var is None or out_var.dtype != dest_dtype:
-                out_var = block.create_var(name=cast_name, dtype=dest_dtype, persistable=False,
-                                           stop_gradient=in_var.stop_gradient)
-                block._insert_op(idx, type="cast", inputs={"X": in_var}, outputs={"Out": out_var},
-                                 attrs={"in_dtype": to_vartype(in_var.dtype), "out_dtype": to_vartype(dest_dtype)})
-                num_cast_ops += 1
-            _rename_arg(op, in_var.name, out_var.name)
-    if src_dtype == "float32" and dest_dtype == "bfloat16":
-        for out_name in op.output_names:
-            if op.type in _NORMS and out_name != "Y":
-                continue
-            for out_var_name in op.output(out_name):
-                out_var = block.var(out_var_name)
-                if out_var.type in _valid_types and out_var.dtype == "float32":
-                    out_var.dtype = "bfloat16"
-                    if op.has_attr("out_dtype"):
-                        op._set_attr("out_dtype", _BF16)
-    return num_cast_ops
+        tensors = [block.var(name) for name in op.input(slot)]
+        for var in (v for v in tensors if v.type in _valid_types and v.dtype != dest_dtype):
+            if var.dtype == src_dtype:
+                casted, made = insert_cast(block, idx, var, cast_var_name(var.name, dest_dtype, "bf16"),
+                                           dest_dtype)
+                inserted += made
+                _rename_arg(op, var.name, casted.name)
+            elif op.has_attr("in_dtype"):  # a third dtype: the op itself now takes dest_dtype
+                op._set_attr("in_dtype", to_vartype(dest_dtype))
+    if (src_dtype, dest_dtype) == ("float32", "bfloat16"):
+        _outputs_to_bf16(block, op)
+    return inserted
+
+
+def _outputs_to_bf16(block: Any, op: Any) -> None:
+    for slot in op.output_names:
+        if _skips_slot(op, slot, inputs=False):
+            continue
+        for var in (block.var(name) for name in op.output(slot)):
+            if var.type in _valid_types and var.dtype == "float32":
+                var.dtype = "bfloat16"
+                if op.has_attr("out_dtype"):
+                    op._set_attr("out_dtype", _BF16)
 
 
 def _insert_cast_post_op(block: Any, op: Any, idx: int, src_dtype: str, dest_dtype: str, target_name: str,
                          op_var_rename_map: List[Dict[str, str]]) -> int:
     """Cast ``target_name`` (an output of ``op``) to ``dest_dtype`` at ``idx`` for the ops after it."""
-    target_var = block.var(target_name)
-    if target_var.type not in _valid_types or target_var.dtype == dest_dtype:
+    target = block.var(target_name)
+    if target.type not in _valid_types or target.dtype == dest_dtype:
         return 0
-    if target_var.dtype != src_dtype:
-        from refimpl.core.errors import InvalidArgument
-        raise InvalidArgument(f"The real dtype({_dtype_to_str(target_var.dtype)}) is not equal to the src "
-                              f"dtype({_dtype_to_str(src_dtype)})")
-    cast_name = target_var.name + ".cast_" + _dtype_to_str(dest_dtype)
-    cast_var = block.vars.get(cast_name)
-    if cast_var is not None and cast_var.dtype == dest_dtype:
-        return 0
-    cast_var = block.create_var(name=cast_name, dtype=dest_dtype, persistable=False,
-                                stop_gradient=target_var.stop_gradient)
-    block._insert_op(idx, type="cast", inputs={"X": target_var}, outputs={"Out": cast_var},
-                     attrs={"in_dtype": to_vartype(target_var.dtype), "out_dtype": to_vartype(dest_dtype)})
-    op_var_rename_map[block.idx][target_var.name] = cast_var.name
-    return 1
+    if target.dtype != src_dtype:
+        raise InvalidArgument(f"The real dtype({_suffix(target.dtype)}) is not equal to the src "
+                              f"dtype({_suffix(src_dtype)})")
+    casted, made = insert_cast(block, idx, target, cast_var_name(target.name, dest_dtype, "bf16"), dest_dtype)
+    if made:
+        op_var_rename_map[block.idx][target.name] = casted.name
+    return made
 
 
-def _is_in_fp32_varnames(op: Any, amp_lists: Any) -> bool:
+def _touches_fp32_varnames(op: Any, amp_lists: Any) -> bool:
     names = amp_lists.fp32_varnames
-    if not names:
-        return False
-    return any(n in names for n in op.input_arg_names) or any(n in names for n in op.output_arg_names)
+    return bool(names) and any(n in names for n in op.input_arg_names + op.output_arg_names)
 
 
 def _need_keep_fp32(op: Any, unsupported_op_list: Set[str], use_bf16_guard: bool) -> bool:
+    """Pure bf16 keeps float32: ops without a bf16 kernel, learning-rate ops, ops outside ``bf16_guard``."""
     if op.type in unsupported_op_list:
         return True
     if any("learning_rate" in n for n in op.input_arg_names + op.output_arg_names):
         return True
-    if use_bf16_guard:
-        scope = op.attr("op_namescope") if op.has_attr("op_namescope") else ""
-        return _bf16_guard_pattern not in (scope or "")
-    return False
+    if not use_bf16_guard:
+        return False
+    scope = op.attr("op_namescope") if op.has_attr("op_namescope") else ""
+    return _bf16_guard_pattern not in (scope or "")
 
 
 @contextlib.contextmanager
@@ -142,83 +138,85 @@ def are_post_ops_bf16(post_ops: Any, keep_fp32_ops: Set[Any]) -> bool:
     return not any(op in keep_fp32_ops for group in post_ops for op in group)
 
 
-def _gray_op_set(op: Any, block: Any, amp_lists: Any, bf16_op_set: Set[Any], fp32_op_set: Set[Any]) -> Optional[str]:
-    """A gray op's side: 'fp32' when an input comes from an fp32 op, else 'bf16' when one comes from a bf16 op."""
-    is_fp32 = is_bf16 = False
-    for in_name in op.input_names:
-        for in_var_name in (op.input(in_name) if in_name else []):
-            in_var = block.var(in_var_name)
-            if in_var.op is None:
-                continue
-            prev_op = find_true_prev_op(block.ops, op, in_var_name) if in_var.op is op else in_var.op
-            if prev_op is None:
-                continue
-            if prev_op in fp32_op_set or prev_op.type in amp_lists.fp32_list:
-                is_fp32 = True
-            elif prev_op in bf16_op_set or prev_op.type in amp_lists.bf16_list:
-                is_bf16 = True
-    return "fp32" if is_fp32 else "bf16" if is_bf16 else None
+_READERS = ("create_py_reader", "read")
+
+
+def _gray_op_precision(op: Any, block: Any, amp_lists: Any, decided: Dict[Any, str]) -> Optional[str]:
+    """A gray op follows its producers: 'fp32' when any is a float32 op, else 'bf16' when any is a bf16
+    op, else None (left as it is)."""
+    seen = set()
+    for name in op.input_arg_names:
+        var = block.var(name)
+        if var.op is None:
+            continue
+        producer = find_true_prev_op(block.ops, op, name) if var.op is op else var.op
+        if producer is None:
+            continue
+        if decided.get(producer) == "fp32" or producer.type in amp_lists.fp32_list:
+            seen.add("fp32")
+        elif decided.get(producer) == "bf16" or producer.type in amp_lists.bf16_list:
+            seen.add("bf16")
+    return "fp32" if "fp32" in seen else "bf16" if seen else None
+
+
+def _o1_precision(op: Any, block: Any, amp_lists: Any, decided: Dict[Any, str]) -> Optional[str]:
+    """O1's choice for one op: 'fp32', 'bf16' or None (no change)."""
+    if _touches_fp32_varnames(op, amp_lists) or op.type in amp_lists.fp32_list:
+        return "fp32"
+    if op.type in amp_lists.bf16_list:
+        return "bf16"
+    if op.type in amp_lists.gray_list:
+        return _gray_op_precision(op, block, amp_lists, decided)
+    return "fp32"  # in no list: float32, to be safe
 
 
 def rewrite_program_bf16(main_prog: Any, amp_lists: Optional[AutoMixedPrecisionListsBF16] = None) -> None:
     """O1 bf16: insert the casts that run bf16-list ops (and the gray ops they feed) in bfloat16."""
-    if amp_lists is None:
-        amp_lists = AutoMixedPrecisionListsBF16()
+    lists = amp_lists if amp_lists is not None else AutoMixedPrecisionListsBF16()
     block = main_prog.global_block()
-    bf16_op_set: Set[Any] = set()
-    fp32_op_set: Set[Any] = set()
+    decided: Dict[Any, str] = {}  # op -> 'fp32' | 'bf16', in program order (gray ops look back)
     for op in block.ops:
-        if op.type in ("create_py_reader", "read"):
-            continue
-        if amp_lists.fp32_varnames is not None and _is_in_fp32_varnames(op, amp_lists):
-            fp32_op_set.add(op)
-        elif op.type in amp_lists.fp32_list:
-            fp32_op_set.add(op)
-        elif op.type in amp_lists.bf16_list:
-            bf16_op_set.add(op)
-        elif op.type in amp_lists.gray_list:
-            side = _gray_op_set(op, block, amp_lists, bf16_op_set, fp32_op_set)
-            if side is not None:
-                (fp32_op_set if side == "fp32" else bf16_op_set).add(op)
-        else:  # in no list: float32, to be safe
-            fp32_op_set.add(op)
-    idx = 0
-    while idx < len(block.ops):
-        op = block.ops[idx]
-        num_cast_ops = 0
-        if op in fp32_op_set:
-            num_cast_ops = _insert_cast_op(block, op, idx, "bfloat16", "float32")
-        elif op in bf16_op_set:
+        choice = None if op.type in _READERS else _o1_precision(op, block, lists, decided)
+        if choice is not None:
+            decided[op] = choice
+
+    def insert(op: Any, idx: int) -> int:
+        choice = decided.get(op)
+        if choice == "fp32":
+            return _insert_cast_op(block, op, idx, "bfloat16", "float32")
+        if choice == "bf16":
             if op.has_attr("dtype") and op.attr("dtype") == _FP32:
                 op._set_attr("dtype", _BF16)
-            num_cast_ops = _insert_cast_op(block, op, idx, "float32", "bfloat16")
-        idx += num_cast_ops + 1
+            return _insert_cast_op(block, op, idx, "float32", "bfloat16")
+        return 0
+
+    insert_before_each_op(block, insert)
+
+
+def _initializer_outputs(op: Any, block: Any, all_ops: Any) -> Optional[tuple]:
+    """(the vars an initializer writes, the ops reading each), or None when one is no tensor of ``block``."""
+    written, readers = [], []
+    for name in op.output_arg_names:
+        var = block.vars.get(name)
+        if var is None or var.type not in _valid_types:
+            return None
+        written.append(var)
+        readers.append(find_true_post_op(all_ops, op, name, True))
+    return written, readers
 
 
 def cast_initializers_to_bf16(startup_prog: Any, amp_lists: Any, block: Any, all_ops: Any, keep_fp32_ops: Set[Any],
                               to_bf16_var_names: Optional[Set[str]] = None) -> None:
     """Make the startup initializers (fill_constant, uniform_random) of vars only bf16 ops read write bf16."""
     for op in startup_prog.global_block().ops:
-        if op.type not in amp_lists.bf16_initializer_list:
+        found = _initializer_outputs(op, block, all_ops) if op.type in amp_lists.bf16_initializer_list else None
+        if found is None or not are_post_ops_bf16(found[1], keep_fp32_ops):
             continue
-        change_op = True
-        op_post_ops, op_out_vars = [], []
-        for out_name in op.output_names:
-            for out_var_name in op.output(out_name):
-                out_var = block.vars.get(out_var_name)
-                post_op = find_true_post_op(all_ops, op, out_var_name, True)
-                if out_var is None or out_var.type not in _valid_types:
-                    change_op = False
-                    break
-                op_post_ops.append(post_op)
-                op_out_vars.append(out_var)
-        if not (change_op and are_post_ops_bf16(op_post_ops, keep_fp32_ops)):
-            continue
-        for out_var in op_out_vars:
-            if out_var.dtype == "float32":
-                out_var.dtype = "bfloat16"
-            if to_bf16_var_names is not None and out_var.name in to_bf16_var_names:
-                to_bf16_var_names.remove(out_var.name)
+        for var in found[0]:
+            if var.dtype == "float32":
+                var.dtype = "bfloat16"
+            if to_bf16_var_names is not None:
+                to_bf16_var_names.discard(var.name)  # written bf16 already: amp_init leaves it
         if op.has_attr("dtype") and op.attr("dtype") == _FP32:
             op._set_attr("dtype", _BF16)
 
@@ -229,21 +227,15 @@ def _set_op_bf16(op: Any, block: Any, global_block: Any, to_bf16_var_names: Set[
         var = block.vars.get(name)
         return var if var is not None else global_block.vars.get(name)
 
-    for in_name in op.input_names:
-        if op.type in _NORMS and in_name not in {"X", "Z"}:
-            continue
-        for name in op.input(in_name):
-            var = lookup(name)
-            if var is not None and var.type in _valid_types and var.dtype == "float32":
+    for inputs, slots in ((True, op.input_names), (False, op.output_names)):
+        for slot in (s for s in slots if not _skips_slot(op, s, inputs)):
+            for name in (op.input(slot) if inputs else op.output(slot)):
+                var = lookup(name)
+                if var is None or var.type not in _valid_types or var.dtype != "float32":
+                    continue
                 var.dtype = "bfloat16"
-                to_bf16_var_names.add(name)
-    for out_name in op.output_names:
-        if op.type in _NORMS and out_name != "Y":
-            continue
-        for name in op.output(out_name):
-            var = lookup(name)
-            if var is not None and var.type in _valid_types and var.dtype == "float32":
-                var.dtype = "bfloat16"
+                if inputs:  # what amp_init converts in the scope
+                    to_bf16_var_names.add(name)
     for attr_name in ("in_dtype", "out_dtype", "dtype"):
         if op.has_attr(attr_name) and op.attr(attr_name) == _FP32:
             op._set_attr(attr_name, _BF16)
@@ -252,51 +244,44 @@ def _set_op_bf16(op: Any, block: Any, global_block: Any, to_bf16_var_names: Set[
 def _cast_around_fp32_op(block: Any, op: Any, idx: int, keep_fp32_ops: Set[Any],
                          op_var_rename_map: List[Dict[str, str]]) -> int:
     """Cast a float32 op's bf16 inputs to float32, and its outputs back to bf16 for the bf16 ops after it."""
-    pre_cast_num = _insert_cast_op(block, op, idx, "bfloat16", "float32")
-    num_cast_ops = pre_cast_num
-    for out_var_name in op.output_arg_names:
-        out_var = block.vars.get(out_var_name)
-        if out_var is None or out_var.type not in _valid_types or out_var.dtype != "bfloat16":
+    before = _insert_cast_op(block, op, idx, "bfloat16", "float32")
+    after = 0
+    for name in op.output_arg_names:
+        var = block.vars.get(name)
+        if var is None or var.type not in _valid_types or var.dtype != "bfloat16":
             continue
-        out_var.dtype = "float32"
-        for post_op in find_true_post_op(block.ops, op, out_var_name):
-            if post_op in keep_fp32_ops:
-                continue
-            num_cast_ops += _insert_cast_post_op(block, op, idx + pre_cast_num + 1, "float32", "bfloat16",
-                                                 out_var_name, op_var_rename_map)
-    return num_cast_ops
+        var.dtype = "float32"  # what the op really writes
+        if any(r not in keep_fp32_ops for r in find_true_post_op(block.ops, op, name)):  # a bf16 reader
+            after += _insert_cast_post_op(block, op, idx + before + 1, "float32", "bfloat16", name,
+                                          op_var_rename_map)
+    return before + after
 
 
 def cast_model_to_bf16(program: Any, startup_prog: Any = None, amp_lists: Optional[AutoMixedPrecisionListsBF16] = None,
                        use_bf16_guard: bool = True) -> Set[str]:
     """Pure bf16: every var bfloat16 but around the ops that must stay float32; returns the bf16 var names."""
-    if amp_lists is None:
-        amp_lists = AutoMixedPrecisionListsBF16()
+    lists = amp_lists if amp_lists is not None else AutoMixedPrecisionListsBF16()
     global_block = program.global_block()
-    keep_fp32_ops: Set[Any] = set()
-    to_bf16_var_names: Set[str] = set()
-    origin_ops = [op for block in program.blocks for op in block.ops]
+    ops_before = [op for block in program.blocks for op in block.ops]
+    fp32_ops: Set[Any] = set()
+    bf16_names: Set[str] = set()
+    # first every op's side (bf16 ops switch their vars at once), block by block; each block's pass
+    # also lets the startup initializers whose readers are all bf16 write bf16
     for block in program.blocks:
-        for op in block.ops:
-            if op.type in ("create_py_reader", "read"):
-                continue
-            if _need_keep_fp32(op, amp_lists.unsupported_list, use_bf16_guard):
-                keep_fp32_ops.add(op)
+        for op in (o for o in block.ops if o.type not in _READERS):
+            if _need_keep_fp32(op, lists.unsupported_list, use_bf16_guard):
+                fp32_ops.add(op)
             else:
-                _set_op_bf16(op, block, global_block, to_bf16_var_names)
+                _set_op_bf16(op, block, global_block, bf16_names)
         if startup_prog is not None:
-            cast_initializers_to_bf16(startup_prog, amp_lists, global_block, block.ops, keep_fp32_ops,
-                                      to_bf16_var_names)
-    op_var_rename_map: List[Dict[str, str]] = [collections.OrderedDict() for _ in program.blocks]
+            cast_initializers_to_bf16(startup_prog, lists, global_block, block.ops, fp32_ops, bf16_names)
+    # then the casts around the float32 ops; the bf16 readers of their outputs are renamed at the end
+    renames: List[Dict[str, str]] = [collections.OrderedDict() for _ in program.blocks]
     for block in program.blocks:
-        idx = 0
-        while idx < len(block.ops):
-            op = block.ops[idx]
-            num_cast_ops = _cast_around_fp32_op(block, op, idx, keep_fp32_ops, op_var_rename_map) \
-                if op in keep_fp32_ops else 0
-            idx += num_cast_ops + 1
-    _rename_op_input(program, op_var_rename_map, origin_ops, keep_fp32_ops)
-    return to_bf16_var_names
+        insert_before_each_op(block, lambda op, idx: _cast_around_fp32_op(op.block, op, idx, fp32_ops, renames)
+                              if op in fp32_ops else 0)
+    _rename_op_input(program, renames, ops_before, fp32_ops)
+    return bf16_names
 
 
 def cast_parameters_to_bf16(place: Any, program: Any, scope: Any = None, to_bf16_var_names: Any = None) -> None:

@@ -7,18 +7,19 @@ scaling (bfloat16 has float32's range); ``backward`` creates a float32 [1]
 initializers included) and differentiates the loss (cast to float32 first when
 it is not). ``amp_init`` stores the pure-bf16 parameters as bfloat16 and
 rewrites a test program.
+
+Differences: an ``optimizer`` that is none, or ``amp_lists`` that are no
+``AutoMixedPrecisionListsBF16``, are an ``InvalidArgument`` at decorate time
+(Paddle fails later with an AttributeError).
 """
 from __future__ import annotations
 
-import types
-import warnings
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Set, Tuple
 
-from refimpl.core.errors import InvalidArgument, PreconditionNotMet
-from refimpl.framework import unique_name
-from refimpl.framework.program import default_main_program, program_guard
-from refimpl.static.input import create_global_var
+from refimpl.core.errors import PreconditionNotMet
+from refimpl.framework.program import program_guard
 
+from ..wrapper_common import check_amp_lists, check_optimizer, float32_loss, learning_rate_to_var, warn_own_minimize
 from .amp_lists import AutoMixedPrecisionListsBF16
 from .amp_utils import cast_model_to_bf16, cast_parameters_to_bf16, rewrite_program_bf16
 
@@ -30,39 +31,42 @@ class OptimizerWithMixedPrecision:
 
     def __init__(self, optimizer: Any, amp_lists: AutoMixedPrecisionListsBF16, use_pure_bf16: bool,
                  use_bf16_guard: bool) -> None:
-        if not hasattr(optimizer, "_learning_rate"):
-            raise InvalidArgument(f"decorate_bf16: optimizer must be a paddle.optimizer.Optimizer, "
-                                  f"got {type(optimizer).__name__}")
+        check_optimizer("decorate_bf16", optimizer)
+        check_amp_lists("decorate_bf16", amp_lists, AutoMixedPrecisionListsBF16,
+                        "paddle.static.amp.bf16.AutoMixedPrecisionListsBF16(...)")
         self._optimizer = optimizer
         self._amp_lists = amp_lists
-        self._param_grads: Any = None
-        self._train_program: Any = None
-        self._learning_rate = optimizer._learning_rate
-        self._learning_rate_map = optimizer._learning_rate_map
         self._use_pure_bf16 = use_pure_bf16
         self._use_bf16_guard = use_bf16_guard
-        self._to_bf16_var_names: Any = None
+        self._train_program: Any = None  # set by backward()
+        self._to_bf16_var_names: Optional[Set[str]] = None  # pure bf16: what amp_init converts
 
-    def _init_amp_var(self) -> None:
-        if isinstance(self._optimizer._learning_rate, float):  # float32, as the master parameters
-            self._optimizer._learning_rate_map[default_main_program()] = create_global_var(
-                name=unique_name.generate("learning_rate"), shape=[1],
-                value=float(self._optimizer._learning_rate), dtype="float32", persistable=True)
+    @property
+    def _learning_rate(self) -> Any:
+        return self._optimizer._learning_rate
+
+    @property
+    def _learning_rate_map(self) -> Any:
+        return self._optimizer._learning_rate_map
+
+    def _cast_program(self, program: Any, startup_program: Any = None) -> Optional[Set[str]]:
+        """Pure bf16: every var bf16 but around float32-only ops; O1: casts around the bf16-list ops."""
+        if not self._use_pure_bf16:
+            rewrite_program_bf16(program, amp_lists=self._amp_lists)
+            return None
+        return cast_model_to_bf16(program, startup_program, amp_lists=self._amp_lists,
+                                  use_bf16_guard=self._use_bf16_guard)
 
     def backward(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
                  no_grad_set: Any = None, callbacks: Any = None) -> List[Tuple[Any, Any]]:
         """Rewrite the program for bfloat16 and differentiate ``loss``; returns (param, grad) pairs."""
-        self._train_program = loss.block.program
-        with program_guard(self._train_program, startup_program):
-            self._init_amp_var()
-            if self._use_pure_bf16:
-                self._to_bf16_var_names = cast_model_to_bf16(self._train_program, startup_program,
-                                                             self._amp_lists, self._use_bf16_guard)
-            else:
-                rewrite_program_bf16(self._train_program, self._amp_lists)
-            if loss.dtype != "float32":
-                loss = loss.astype("float32")
-            return self._optimizer.backward(loss, startup_program, parameter_list, no_grad_set, callbacks)
+        program = loss.block.program
+        self._train_program = program
+        with program_guard(program, startup_program):
+            learning_rate_to_var(self._optimizer)
+            self._to_bf16_var_names = self._cast_program(program, startup_program)
+            return self._optimizer.backward(float32_loss(loss), startup_program, parameter_list, no_grad_set,
+                                            callbacks)
 
     def amp_init(self, place: Any, scope: Any = None, test_program: Any = None, use_bf16_test: bool = False) -> None:
         """After the startup program ran: pure-bf16 parameters to bfloat16 in ``scope``; rewrite ``test_program``."""
@@ -70,11 +74,8 @@ class OptimizerWithMixedPrecision:
             raise PreconditionNotMet("Please call the minimize method first.")
         if self._use_pure_bf16:
             cast_parameters_to_bf16(place, self._train_program, scope, self._to_bf16_var_names)
-        if test_program is not None:
-            if self._use_pure_bf16:
-                cast_model_to_bf16(test_program, amp_lists=self._amp_lists, use_bf16_guard=self._use_bf16_guard)
-            elif use_bf16_test:
-                rewrite_program_bf16(test_program, amp_lists=self._amp_lists)
+        if test_program is not None and (self._use_pure_bf16 or use_bf16_test):
+            self._cast_program(test_program)
 
     def apply_gradients(self, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
         return self._optimizer.apply_gradients(params_grads)
@@ -86,9 +87,7 @@ class OptimizerWithMixedPrecision:
     def minimize(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
                  no_grad_set: Any = None) -> Tuple[List[Any], List[Tuple[Any, Any]]]:
         """backward + apply_optimize; returns (optimize ops, (param, grad) pairs)."""
-        opt_dict = type(self._optimizer).__dict__
-        if "minimize" in opt_dict and isinstance(opt_dict["minimize"], types.FunctionType):
-            warnings.warn("The decorated optimizer has its own `minimize` method, but it will not be executed.")
+        warn_own_minimize(self._optimizer)
         params_grads = self.backward(loss, startup_program=startup_program, parameter_list=parameter_list,
                                      no_grad_set=no_grad_set)
         return self.apply_optimize(loss, startup_program, params_grads), params_grads
@@ -97,8 +96,6 @@ class OptimizerWithMixedPrecision:
 def decorate_bf16(optimizer: Any, amp_lists: Optional[AutoMixedPrecisionListsBF16] = None,
                   use_pure_bf16: bool = False, use_bf16_guard: Optional[bool] = None) -> OptimizerWithMixedPrecision:
     """Wrap ``optimizer`` for bfloat16 training (``use_bf16_guard`` defaults to ``use_pure_bf16``)."""
-    if amp_lists is None:
-        amp_lists = AutoMixedPrecisionListsBF16()
-    if use_bf16_guard is None:
-        use_bf16_guard = use_pure_bf16
-    return OptimizerWithMixedPrecision(optimizer, amp_lists, use_pure_bf16, use_bf16_guard)
+    lists = AutoMixedPrecisionListsBF16() if amp_lists is None else amp_lists
+    guard = use_pure_bf16 if use_bf16_guard is None else use_bf16_guard
+    return OptimizerWithMixedPrecision(optimizer, lists, use_pure_bf16, guard)
