@@ -234,6 +234,15 @@ def dev(a):
     return a if a is None or is_device(a) else to_device(a)
 
 
+def device_dtype(a):
+    """The dtype ``a`` has once on the device (a host ``ml_dtypes.bfloat16`` array: uint16); None if none.
+
+    Kernels that choose a path by dtype before calling :func:`dev` ask this, so a host bfloat16
+    array (from ``tensor.set``, ``amp_init``, ``static.load``...) takes the bfloat16 path."""
+    dt = getattr(a, "dtype", None)
+    return np.dtype(np.uint16) if dt == BFLOAT16 else dt
+
+
 def flat(a):
     """A contiguous device array as 1-D (a view; 0-d arrays become shape (1,), 0-size ones (0,))."""
     return a.reshape(a.size if a.ndim else 1) if a.ndim != 1 else a

@@ -30,7 +30,7 @@ T = ew.functor(3)
 # ---- forward functors (x, a, b) ----------------------------------------------------------
 @U
 def f_relu(DT):
-    return lambda x, a, b: x if (x > a or x != x) else a  # NaN stays, -0.0 gives 0.0 (np.maximum)
+    return lambda x, a, b: x if x > a else a  # NaN and -0.0 give +0.0 (Paddle's CPU relu)
 
 
 @U
@@ -125,7 +125,7 @@ def f_pow(DT):
 # ---- grad functors (saved, dout, a, b) ----------------------------------------------------
 @B
 def g_relu(DT):
-    return lambda o, d, a, b: d if o > 0 else a
+    return lambda o, d, a, b: d if o > 0 else d * a  # Paddle's dout * (out > 0): NaN dout stays, -0 for d < 0
 
 
 @B

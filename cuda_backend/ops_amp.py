@@ -27,7 +27,7 @@ from refimpl.ops import low_precision
 from refimpl.ops.amp_ops import update_loss_scaling as host_kernel
 from refimpl.ops.registry import register_kernel
 
-from .device import cuda, dev, empty, flat, is_device, launch, scalar_of
+from .device import cuda, dev, device_dtype, empty, flat, is_device, launch, scalar_of
 from .device import to_device as _to_device
 
 BITS = np.dtype(np.uint16)  # bfloat16 on the device
@@ -75,9 +75,9 @@ def is_bfloat16(a) -> bool:
 
 def widen(a):
     """A float16 / bfloat16 device array as float32 (exactly); anything else as it is."""
-    if not isinstance(a, np.ndarray) and not is_device(a) or a.dtype not in LOW_PRECISION_ON_DEVICE:
+    if not isinstance(a, np.ndarray) and not is_device(a) or device_dtype(a) not in LOW_PRECISION_ON_DEVICE:
         return a  # None, a shape-only TensorMeta, a float32 array...
-    a = dev(a)
+    a = dev(a)  # a host bfloat16 array becomes its uint16 patterns here
     out = empty(a.shape, np.float32)
     if a.dtype == BITS:
         launch(_widen_bf16, a.size, flat(a), flat(out).view(np.uint32))

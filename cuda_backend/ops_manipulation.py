@@ -16,7 +16,7 @@ from refimpl.ops.manipulation_ops import _sections, resolve_shape
 from refimpl.ops.registry import register_kernel
 
 from . import ew, ops_amp
-from .device import contiguous_strides, cuda, dev, empty, flat, launch, padded, to_host
+from .device import contiguous_strides, cuda, dev, device_dtype, empty, flat, launch, padded, to_host
 
 
 @cuda.jit
@@ -157,7 +157,7 @@ def cast_to(x, dtype):
 
 def cast(X, *, out_dtype):
     dt = to_numpy_dtype(out_dtype)
-    if dt in ops_amp.LOW_PRECISION or getattr(X, "dtype", None) in ops_amp.LOW_PRECISION_ON_DEVICE:
+    if dt in ops_amp.LOW_PRECISION or device_dtype(X) in ops_amp.LOW_PRECISION_ON_DEVICE:
         return ops_amp.cast(X, dt)  # float16 / bfloat16 (bfloat16 is uint16 on the device)
     return cast_to(X, dt)
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 
-from refimpl.core.bfloat16 import as_paddle_host
+from refimpl.core.bfloat16 import BFLOAT16, as_paddle_host
 from refimpl.core.errors import EnforceNotMet, InvalidArgument, NotFound, PreconditionNotMet
 from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.core.place import Place
@@ -83,6 +83,7 @@ class PreparedProgram:
         self._check_inputs(set(feed_names))
         self._check_persistables()
         self.journal = self._persistable_outputs(in_place)
+        self._holders = self.block.memory.holders(self.block.tensors)  # what a run's start counts
 
     def set_value(self, name: str, value: np.ndarray) -> None:
         """Set variable ``name`` as this prepared program sees it (e.g. the learning rate before a run)."""
@@ -250,10 +251,10 @@ class PreparedProgram:
                 raise InvalidArgument(f"{kind} {name!r} holds a value of shape {list(got)} but the program "
                                       f"declares {list(var.shape)}")
             held = getattr(t._array, "dtype", None)
-            if (var.type == "DENSE_TENSOR" and var.dtype not in (None, "bfloat16") and held is not None
-                    and np.dtype(held) != np.dtype(var.dtype)):
+            if var.type == "DENSE_TENSOR" and var.dtype is not None and held is not None and \
+                    not _holds_dtype(np.dtype(held), var.dtype):
                 raise InvalidArgument(f"{kind} {name!r} holds a value of dtype {np.dtype(held).name} but the "
-                                      f"program declares {var.dtype}")
+                                      f"program declares {var.dtype}{_read_by(self.program, name)}")
 
     def run(self, feed: Dict[str, np.ndarray], trace: Optional[Trace] = None) -> list:
         """Run once on ``feed``; return the fetched values as the backend holds them."""
@@ -265,7 +266,9 @@ class PreparedProgram:
             else:
                 t._array = feed[name].copy() if copy else feed[name]
         self.run_ctx["trace"] = trace
-        mem.reset_from(self.block.tensors)
+        if self._holders.count != len(self.block.tensors):  # the block resolved more names since
+            self._holders = mem.holders(self.block.tensors)
+        mem.reset_from(self._holders)
         refs = [t._array for t in self.journal[0]]
         try:
             self.block.run(trace)
@@ -386,6 +389,22 @@ def host_results(values: Sequence, return_numpy: bool, place: Place) -> list:
     if return_numpy:  # a bfloat16 value is fetched as its uint16 bit patterns, as in Paddle
         return [as_paddle_host(to_host(v)) for v in values]
     return [DenseTensor(to_host(v), place) for v in values]
+
+
+def _holds_dtype(held: np.dtype, declared: str) -> bool:
+    """Whether an array of dtype ``held`` is a value of a var declared ``declared``: bfloat16 is held as
+    ``ml_dtypes.bfloat16`` on the host and as its uint16 patterns on a device (``cuda_backend/device.py``)."""
+    if declared == "bfloat16":
+        return held == BFLOAT16 or held == np.uint16
+    return held == np.dtype(declared)
+
+
+def _read_by(program: Any, name: str) -> str:
+    """", read by op i (type)" for the first op of block 0 reading ``name`` (Paddle names that op)."""
+    for i, op in enumerate(program.global_block().ops):
+        if name in op.input_arg_names:
+            return f", read by block 0 op {i} ({op.type})"
+    return ""
 
 
 def _written_before_read(ops: Sequence[Any]) -> set:

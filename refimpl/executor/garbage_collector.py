@@ -26,6 +26,7 @@ by what they hold (``memory_categories``: parameters, gradients, optimizer
 state, activations, communication, other), each write and free moving one
 more counter, bound at prepare time.
 """
+import operator
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from refimpl import flags
@@ -33,6 +34,7 @@ from refimpl.core.tensor import DenseTensor
 
 from .memory_categories import CATEGORIES, OTHER, TRACKED, classify
 
+_array_of = operator.attrgetter("_array")
 Dead = Sequence[Tuple[str, DenseTensor]]  # (name, tensor) pairs the plan frees after one op
 
 
@@ -52,9 +54,14 @@ class Memory:
     the counted ones, which also absorbs the bytes of ops that store their outputs themselves and
     count only the total (feed, read, print). ``category`` maps a var name to its category, learnt
     from each prepared program (the first program to name a var decides).
+
+    ``at_peak`` is copied lazily: a write that makes a new peak only sets ``peak_open`` (``by_cat``
+    is the peak's split for as long as the total does not drop), and whatever lowers the total
+    first calls :meth:`close_peak` while ``peak_open`` is set (the collectors' frees, a write that
+    shrinks a tensor, :meth:`add`); :meth:`stats` closes it too.
     """
 
-    __slots__ = ("live", "peak", "by_cat", "max_by_cat", "at_peak", "category", "_learnt")
+    __slots__ = ("live", "peak", "by_cat", "max_by_cat", "at_peak", "peak_open", "category", "_learnt")
 
     def __init__(self) -> None:
         self.live = 0
@@ -62,6 +69,7 @@ class Memory:
         self.by_cat = [0] * TRACKED
         self.max_by_cat = [0] * TRACKED
         self.at_peak = [0] * TRACKED
+        self.peak_open = False
         self.category: Dict[str, int] = {}
         self._learnt: set = set()
 
@@ -69,18 +77,35 @@ class Memory:
         self.live = self.peak = live
         self.by_cat[:] = by_cat if by_cat is not None else [0] * TRACKED
         self.max_by_cat[:] = self.by_cat
-        self.at_peak[:] = self.by_cat
+        self.peak_open = True  # the start is the peak so far: at_peak is by_cat until the total drops
 
-    def reset_from(self, tensors: Mapping[str, DenseTensor]) -> None:
-        """Start a run from what ``tensors`` (name -> tensor) hold now."""
-        live, by_cat, cat = 0, [0] * TRACKED, self.category
+    def close_peak(self, c: Optional[int] = None, d: int = 0) -> None:
+        """Copy the peak's split into ``at_peak`` now that the total drops (``c``, ``d``: a write of
+        ``d`` bytes to category ``c`` already counted in ``by_cat``, taken back out of the copy)."""
+        self.at_peak[:] = self.by_cat
+        if c is not None:
+            self.at_peak[c] -= d
+        self.peak_open = False
+
+    def holders(self, tensors: Mapping[str, DenseTensor]) -> "Holders":
+        """``tensors`` (name -> tensor) grouped by counted category, for :meth:`reset_from` (made
+        once when a program is prepared, so a run's start costs no lookup per name)."""
+        groups: Dict[int, list] = {}
         for name, t in tensors.items():
-            a = t._array
-            if a is not None:
-                live += a.nbytes
-                c = cat.get(name, OTHER)
-                if c != OTHER:
-                    by_cat[c] += a.nbytes
+            groups.setdefault(self.category.get(name, OTHER), []).append(t)
+        return Holders(len(tensors), tuple((c, tuple(ts)) for c, ts in groups.items()))
+
+    def reset_from(self, holders: "Holders") -> None:
+        """Start a run from what the tensors of ``holders`` (:meth:`holders`) hold now."""
+        live, by_cat = 0, [0] * TRACKED
+        for c, ts in holders.groups:
+            n = 0
+            for a in map(_array_of, ts):
+                if a is not None:
+                    n += a.nbytes
+            live += n
+            if c != OTHER:
+                by_cat[c] = n
         self.reset(live, by_cat)
 
     def learn(self, program: Any) -> None:
@@ -100,6 +125,8 @@ class Memory:
     def add(self, c: Optional[int], delta: int) -> None:
         """``delta`` more bytes in category ``c`` (None: other): the slow path of ops that store
         their outputs themselves; the run loop's writers do the same inline (``op_runner.writer``)."""
+        if delta < 0 and self.peak_open:
+            self.close_peak()
         live = self.live + delta
         self.live = live
         if c is not None:
@@ -109,10 +136,12 @@ class Memory:
                 self.max_by_cat[c] = v
         if live > self.peak:
             self.peak = live
-            self.at_peak[:] = self.by_cat
+            self.peak_open = True
 
     def stats(self) -> Dict[str, Any]:
         """The totals and the categories (see ``Executor.memory_stats``)."""
+        if self.peak_open:
+            self.close_peak()
         live = dict(zip(CATEGORIES, self.by_cat))
         live["other"] = self.live - sum(self.by_cat)
         at_peak = dict(zip(CATEGORIES, self.at_peak))
@@ -121,6 +150,16 @@ class Memory:
         most["other"] = None
         return {"live_bytes": self.live, "peak_bytes": self.peak, "live_by_category": live,
                 "peak_by_category": at_peak, "max_by_category": most}
+
+
+class Holders:
+    """A block's tensors grouped by counted category (``Memory.holders``); ``count`` is how many
+    tensors the block had then (a block that resolves more later gets new holders)."""
+
+    __slots__ = ("count", "groups")
+
+    def __init__(self, count: int, groups: Tuple[Tuple[int, Tuple[DenseTensor, ...]], ...]) -> None:
+        self.count, self.groups = count, groups
 
 
 class GarbageCollector:
@@ -156,34 +195,55 @@ class GarbageCollector:
             return lambda: self.add(dead)
         mem = self.memory
         by_cat = mem.by_cat
-        plain = tuple(t for n, t in dead if n not in self.keep_meta)
-        meta = tuple(t for n, t in dead if n in self.keep_meta)
-        # the category counter each dead tensor's bytes come off (-1: ``other``, counted in the total only)
-        cats = tuple(-1 if c is None else c for c in (mem.tracked(n) for n, _ in dead))
-        plain_cats = tuple(c for (n, _), c in zip(dead, cats) if n not in self.keep_meta)
-        meta_cats = tuple(c for (n, _), c in zip(dead, cats) if n in self.keep_meta)
-        if len(plain) == 1 and not meta:  # the most common case: one tensor dies
-            one, c1 = plain[0], plain_cats[0]
+        keep = self.keep_meta
+        # each dead tensor with the category counter its bytes come off (-1: ``other``, the total only)
+        cats = [(n, t, mem.category.get(n, OTHER)) for n, t in dead]
+        cats = [(n, t, -1 if c == OTHER else c) for n, t, c in cats]
+        plain_other = tuple(t for n, t, c in cats if n not in keep and c < 0)
+        plain_counted = tuple((t, c) for n, t, c in cats if n not in keep and c >= 0)
+        meta = tuple((t, c) for n, t, c in cats if n in keep)
+        if len(dead) == 1 and not meta:  # the most common case: one tensor dies
+            if plain_other:
+                one = plain_other[0]
 
-            def release_one() -> None:
+                def release_one() -> None:
+                    a = one._array
+                    if a is not None:
+                        if mem.peak_open:
+                            mem.close_peak()
+                        mem.live -= a.nbytes
+                        one._array = None
+                return release_one
+            one, c1 = plain_counted[0]
+
+            def release_one_counted() -> None:
                 a = one._array
                 if a is not None:
-                    mem.live -= a.nbytes
-                    if c1 >= 0:
-                        by_cat[c1] -= a.nbytes
+                    if mem.peak_open:
+                        mem.close_peak()
+                    n = a.nbytes
+                    mem.live -= n
+                    by_cat[c1] -= n
                     one._array = None
-            return release_one
+            return release_one_counted
 
         def release() -> None:
+            if mem.peak_open:
+                mem.close_peak()
             live = mem.live
-            for t, c in zip(plain, plain_cats):
+            for t in plain_other:
                 a = t._array
                 if a is not None:
                     live -= a.nbytes
-                    if c >= 0:
-                        by_cat[c] -= a.nbytes
                     t._array = None
-            for t, c in zip(meta, meta_cats):
+            for t, c in plain_counted:
+                a = t._array
+                if a is not None:
+                    n = a.nbytes
+                    live -= n
+                    by_cat[c] -= n
+                    t._array = None
+            for t, c in meta:
                 a = t._array
                 if a is not None:
                     live -= a.nbytes
@@ -215,6 +275,8 @@ class GarbageCollector:
     def free(self, tensors: Dead) -> None:
         """Detach dead tensors (accounting, trace callback) and hand their arrays to ``_retire``."""
         mem, keep, on_free = self.memory, self.keep_meta, self.on_free
+        if mem.peak_open:
+            mem.close_peak()
         live, by_cat, category = mem.live, mem.by_cat, mem.category
         retired = []
         for name, t in tensors:

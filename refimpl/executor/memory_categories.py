@@ -63,13 +63,16 @@ def classify(program: Any) -> Dict[str, int]:
             users.setdefault(n, set()).add(op.type)
         if op.type == "coalesce_tensor":
             fused.update(op.outputs.get("FusedOutput") or ())
+    # each name's var: block 0's if it has one, else the first block's that declares it (one dict, so
+    # a program of many nested blocks costs one pass over its vars)
+    declared: Dict[str, Any] = {}
+    for block in program.blocks:
+        for name, v in block.vars.items():
+            declared.setdefault(name, v)
     out = {}
     for name, types in users.items():
-        v = program.global_block()._find_var_recursive(name)
-        for block in program.blocks:
-            if v is None:
-                v = block.vars.get(name)
-        out[name] = _category(name, v, writers.get(name, set()), types, opt_written, untracked, fused)
+        out[name] = _category(name, declared.get(name), writers.get(name, set()), types, opt_written,
+                              untracked, fused)
     return out
 
 

@@ -48,11 +48,14 @@ def writer(outs: Sequence[Any], single: bool, mem: Memory,
                     return
                 old = out._array
                 out._array = a
-                live = mem.live + a.nbytes - (old.nbytes if old is not None else 0)
+                d = a.nbytes - (old.nbytes if old is not None else 0)
+                live = mem.live + d
                 mem.live = live
                 if live > mem.peak:
                     mem.peak = live
-                    mem.at_peak[:] = by_cat
+                    mem.peak_open = True  # by_cat is the peak's split until the total drops (Memory)
+                elif d < 0 and mem.peak_open:
+                    mem.close_peak()
             return write_one
 
         def write_one_counted(a):
@@ -63,13 +66,15 @@ def writer(outs: Sequence[Any], single: bool, mem: Memory,
             d = a.nbytes - (old.nbytes if old is not None else 0)
             live = mem.live + d
             mem.live = live
+            if d < 0 and mem.peak_open:
+                mem.close_peak()
             v = by_cat[c] + d
             by_cat[c] = v
             if v > most[c]:
                 most[c] = v
             if live > mem.peak:
                 mem.peak = live
-                mem.at_peak[:] = by_cat
+                mem.peak_open = True
         return write_one_counted
     # every output tensor in slot order (a duplicable slot's tensors in a row), and, when some slot
     # is duplicable or the op has one slot, how to lay the kernel's result out the same way
@@ -89,6 +94,8 @@ def writer(outs: Sequence[Any], single: bool, mem: Memory,
         return out
 
     def write(res):
+        if mem.peak_open:  # this op's outputs may raise one category and lower another: copy the peak now
+            mem.close_peak()
         live = mem.live
         for t, c, a in zip(targets, flat_cats, res if flat else layout(res)):
             if t is not None and a is not None:
@@ -104,7 +111,7 @@ def writer(outs: Sequence[Any], single: bool, mem: Memory,
         mem.live = live
         if live > mem.peak:
             mem.peak = live
-            mem.at_peak[:] = by_cat
+            mem.peak_open = True
     return write
 
 

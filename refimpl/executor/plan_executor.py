@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from refimpl.core.bfloat16 import as_paddle_host
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 from refimpl.core.place import Place
 from refimpl.core.scope import Scope, global_scope
@@ -102,14 +103,15 @@ class PlanExecutor:
 
 
 def fetch_stacked(name: str, scopes: Sequence[Scope]) -> np.ndarray:
-    """The value of ``name`` in every micro-batch scope, stacked (host copies)."""
+    """The value of ``name`` in every micro-batch scope, stacked (host copies; a bfloat16 value as its
+    uint16 bit patterns, as ``Executor.run`` and Paddle fetch it)."""
     vals = []
     for m, s in enumerate(scopes):
         v = s.find_var(name)
         if v is None or v.get_tensor()._array is None:
             raise PreconditionNotMet(f"fetch {name!r}: micro-batch {m} holds no value after the plan ran "
                                      f"(is it computed on this rank's stage?)")
-        vals.append(to_host(v.get_tensor()._array))
+        vals.append(as_paddle_host(to_host(v.get_tensor()._array)))
     return np.stack(vals)
 
 

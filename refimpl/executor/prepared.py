@@ -70,15 +70,18 @@ class PreparedBlock:
                  memory: Optional[Memory] = None, run_ctx: Optional[dict] = None,
                  keep_meta: Iterable[str] = (),
                  prologue: Optional[Callable[["PreparedBlock"], Mapping[int, Callable[[], None]]]] = None):
-        self._setup(program, block_idx, scope, persist_scope, backend, gc_threshold, memory, run_ctx, Nesting())
+        self._setup(program, block_idx, scope, persist_scope, backend, gc_threshold, memory, run_ctx, Nesting(),
+                    low_precision.program_has_low_precision(program))
         # this block, then the sub-blocks its ops ask for, each once, with an explicit stack (nesting.py)
         self.nesting_depth = prepare_nested(self, (skip_vars, keep_meta, prologue))
         make_room_to_run(self.nesting_depth)
 
     def _setup(self, program: Program, block_idx: int, scope: Scope, persist_scope: Scope, backend: str,
-               gc_threshold: int, memory: Optional[Memory], run_ctx: Optional[dict], nesting: Nesting) -> None:
+               gc_threshold: int, memory: Optional[Memory], run_ctx: Optional[dict], nesting: Nesting,
+               has_low_precision: bool) -> None:
         """What a block needs before its ops are prepared (a sub-block gets this when it is asked for)."""
         self.program = program
+        self.has_low_precision = has_low_precision  # any float16/bfloat16 var in the program
         self.block = program.block(block_idx)
         self.scope = scope                  # where this block's temporaries live
         self.persist_scope = persist_scope  # where missing persistables are created
@@ -197,7 +200,8 @@ class PreparedBlock:
         attrs = op.all_attrs()
         kw = {a: attrs[a] if a in attrs else opdef.default(a) for a in attr_names}
         # an op with float16/bfloat16 vars computes in float32 and rounds its outputs (ops/low_precision.py)
-        fn, kw = low_precision.wrap(fn, kw, op, opdef, self.block, self.backend)
+        if self.has_low_precision:
+            fn, kw = low_precision.wrap(fn, kw, op, opdef, self.block, self.backend)
         nnb = no_need_buffer_inputs(op)
         ins: List[Any] = []
         plain = True
@@ -350,7 +354,7 @@ class PreparedBlock:
             self._nesting.check_not_enclosing(self, self._op_index, block_idx)
             sub = PreparedBlock.__new__(PreparedBlock)
             sub._setup(self.program, block_idx, self.scope.new_scope(), self.persist_scope, self.backend,
-                       self.gc_threshold, self.memory, self.run_ctx, self._nesting)
+                       self.gc_threshold, self.memory, self.run_ctx, self._nesting, self.has_low_precision)
             sub._parent = self
             self._requested.append((sub, (key[1], (), None)))
         self._subs[key] = sub

@@ -88,11 +88,13 @@ def _register_unary(name, fwd, grad_kernel, reads, attrs=None, inplace=True, gra
 
 # ---- relu, tanh, sigmoid ------------------------------------------------------
 def relu(X):
-    return np.maximum(X, 0)
+    # Paddle 3.3.1's CPU relu: NaN and -0.0 give +0.0 (np.maximum would keep NaN; fmax drops it)
+    return np.fmax(X, X.dtype.type(0))
 
 
 def relu_grad(Out, dOut):
-    return np.where(Out > 0, dOut, 0)
+    # Paddle's ``dout * (out > 0)``: a NaN dout stays NaN where out is 0, and a negative one gives -0.0
+    return dOut * (Out > 0)
 
 
 def tanh(X):

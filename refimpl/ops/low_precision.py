@@ -26,15 +26,14 @@ Differences, all within one bf16 rounding of Paddle's value:
   Y@GRAD of a Y broadcast over X's batch: Paddle rounds the full-size
   product (``dout * x``; one ``x^T dout`` per batch) to bf16 before summing it
   in float32; here the float32 products are summed and rounded once.
-* ``relu_grad``: Paddle computes ``dout * (out > 0)``, a -0 where dout < 0; the
-  float32 kernel writes +0 (equal as numbers).
 
 A backend supplies the two conversions of its own arrays
 (:func:`register_backend`): NumPy holds bfloat16 as ``ml_dtypes.bfloat16`` and
 float16 as NumPy's; the CUDA backend holds bfloat16 as uint16 bit patterns
 (``cuda_backend/ops_amp.py``). The wrapper is chosen when a block is
 prepared, only for ops that have a float16/bfloat16 variable, so float32
-programs run their kernels unwrapped.
+programs run their kernels unwrapped; a program with no such variable at all
+(:func:`program_has_low_precision`) is not looked at op by op.
 """
 import functools
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -81,6 +80,12 @@ _BACKENDS: Dict[str, Conversions] = {"numpy": Conversions(_np_widen, _np_round)}
 def register_backend(backend: str, widen: Callable[[Any], Any], round: Callable[[Any, str], Any]) -> None:
     """Install ``backend``'s conversions (a device backend calls this when its kernels load)."""
     _BACKENDS[backend] = Conversions(widen, round)
+
+
+def program_has_low_precision(program: Any) -> bool:
+    """Whether any var of any block of ``program`` is float16 / bfloat16: when none is, no op needs the
+    wrapper, and the executor skips :func:`wrap` (one pass over the vars instead of a lookup per op slot)."""
+    return any(getattr(v, "dtype", None) in LOW_PRECISION for b in program.blocks for v in b.vars.values())
 
 
 def _declared(block: Any, name: str) -> Optional[str]:

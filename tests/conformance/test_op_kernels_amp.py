@@ -77,12 +77,22 @@ def _dev(a):
     return [_dev(x) for x in a] if isinstance(a, list) else (cuda_backend.to_device(a) if a is not None else None)
 
 
+def _host(a):
+    """A cuda kernel's input left on the host (a persistable set with ``tensor.set``, ``amp_init``...)."""
+    return [_host(x) for x in a] if isinstance(a, list) else (np.array(a) if a is not None else None)
+
+
+WHERE = {"device": _dev, "host": _host}
+
+
+@pytest.mark.parametrize("where", list(WHERE))
 @pytest.mark.parametrize("x, out_dtype", CAST, ids=[f"cast-{x.dtype}-{d}" for x, d in CAST])
-def test_cast_low_precision(x, out_dtype):
+def test_cast_low_precision(x, out_dtype, where):
+    """A host input (ml_dtypes.bfloat16 included) gives the same bits as a device one."""
     cuda_backend.require()
     od = get_op_def("cast")
     want = od.kernel("numpy")[0](x.copy(), out_dtype=out_dtype)
-    got = od.kernel("cuda")[0](_dev(x.copy()), out_dtype=out_dtype)
+    got = od.kernel("cuda")[0](WHERE[where](x.copy()), out_dtype=out_dtype)
     _same(got, want, f"cast {x.dtype} -> {out_dtype}")
 
 
@@ -116,17 +126,19 @@ LOW = [
 ]
 
 
+@pytest.mark.parametrize("where", list(WHERE))
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("op_type, make, attrs, rounded", LOW, ids=[c[0] for c in LOW])
-def test_low_precision_kernels(op_type, make, attrs, rounded, dtype):
-    """Both backends' wrapped kernels give the same bits; each rounded output has the low dtype."""
+def test_low_precision_kernels(op_type, make, attrs, rounded, dtype, where):
+    """Both backends' wrapped kernels give the same bits; each rounded output has the low dtype; the
+    cuda kernels' inputs on the device or (as a host persistable is) on the host."""
     cuda_backend.require()
     od = get_op_def(op_type)
     inputs = make(BF16 if dtype == "bfloat16" else np.float16)
     outs = [[dtype] * len(inputs[0]) if s.duplicable else dtype if r else None
             for s, r in zip(od.outputs, rounded)]
     results = []
-    for backend, conv in (("numpy", lambda a: a), ("cuda", _dev)):
+    for backend, conv in (("numpy", lambda a: a), ("cuda", WHERE[where])):
         fn, names, wants_need = od.kernel(backend)
         kw = {a: attrs.get(a, od.default(a)) for a in names}
         if wants_need:

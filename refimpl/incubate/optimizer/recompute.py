@@ -7,7 +7,8 @@ only them (and the vars crossing segments) alive through the forward and re-runs
 each segment in the backward; the update is the wrapped optimizer's. Differences from Paddle:
 ``_enable_offload`` (checkpoints copied to pinned host memory, a CUDA-only feature) raises
 Unimplemented; bad checkpoints raise :class:`CheckpointsError` (an InvalidArgument that is also
-the AssertionError Paddle's ``assert`` raises), naming the value.
+the AssertionError Paddle's ``assert`` raises), naming the value; an ``optimizer`` that is not one
+raises :class:`NotAnOptimizerError` (an InvalidArgument that is also Paddle's AttributeError).
 """
 from __future__ import annotations
 
@@ -23,10 +24,17 @@ class CheckpointsError(InvalidArgument, AssertionError):
     """Checkpoints that are not a list of Variables or names (Paddle: an ``AssertionError``)."""
 
 
+class NotAnOptimizerError(InvalidArgument, AttributeError):
+    """``optimizer`` is not an optimizer (Paddle: the ``AttributeError`` of reading its ``_learning_rate``)."""
+
+
 class RecomputeOptimizer:
     """Wrap ``optimizer`` so that its backward recomputes the forward between checkpoints."""
 
     def __init__(self, optimizer: Any) -> None:
+        if not all(hasattr(optimizer, a) for a in ("_learning_rate", "_learning_rate_map")):
+            raise NotAnOptimizerError("RecomputeOptimizer: argument 'optimizer' should be an optimizer "
+                                      f"(e.g. paddle.optimizer.SGD), got {optimizer!r} ({type(optimizer).__name__})")
         self._optimizer = optimizer
         self._checkpoints: Optional[List[Union[Variable, str]]] = None
         self._learning_rate = optimizer._learning_rate
