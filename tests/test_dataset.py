@@ -386,4 +386,11 @@ def test_memory_stats_after_train_from_dataset_are_worker_0s_last_batch(tmp_path
             "y": np.array([[i % 3] for i in range(4, 8)], "int64")}
     plain = paddle.static.Executor(paddle.CPUPlace())
     plain.run(main, feed=last, fetch_list=[loss], scope=scope)
-    assert got["peak_bytes"] > 0 and got == plain.memory_stats()
+    want = plain.memory_stats()
+    # each category's own high-water mark may differ: the worker's scope still holds the previous
+    # batch's fetched loss while the last batch starts, a fresh run's scope does not
+    most, want_most = got.pop("max_by_category"), want.pop("max_by_category")
+    assert got["peak_bytes"] > 0 and got == want
+    loss_bytes = 4
+    assert all(want_most[c] <= (most[c] or 0) <= (want_most[c] or 0) + loss_bytes for c in want_most
+               if want_most[c] is not None)

@@ -6,13 +6,15 @@ lars_momentum_kernel.cc``): slots and attrs as in Paddle's op protos, the CPU
 kernels' order of float operations, every step rounded in the parameter's dtype
 (the CPU wheel is built without fused multiply-adds here).
 
-* lamb:  m1 = b1 m1 + (1 - b1) g;  m2 = b2 m2 + (1 - b2) g g;
-         r = (m1 / (1 - b1^t)) / (sqrt(m2 / (1 - b2^t)) + eps) + wd p;
-         with wd > 0 or ``always_adapt``: ratio = |p| / |r| (1 when either is 0), else 1;
-         p -= (lr ratio) r;  then b1^t *= b1, b2^t *= b2.
-* lars_momentum (per tensor of its lists): g' = rescale_grad g;
-         local_lr = lr lars_coeff |p| / (|g'| + wd |p| + eps) when wd > 0 and both norms are > 0,
-         else lr;  v = mu v + local_lr (g' + wd p);  p -= v.
+::
+
+    * lamb:  m1 = b1 m1 + (1 - b1) g;  m2 = b2 m2 + (1 - b2) g g;
+             r = (m1 / (1 - b1^t)) / (sqrt(m2 / (1 - b2^t)) + eps) + wd p;
+             with wd > 0 or ``always_adapt``: ratio = |p| / |r| (1 when either is 0), else 1;
+             p -= (lr ratio) r;  then b1^t *= b1, b2^t *= b2.
+    * lars_momentum (per tensor of its lists): g' = rescale_grad g;
+             local_lr = lr lars_coeff |p| / (|g'| + wd |p| + eps) when wd > 0 and both norms are > 0,
+             else lr;  v = mu v + local_lr (g' + wd p);  p -= v.
 
 The norms are Eigen's ``x.square().sum()`` on the CPU: :func:`squared_norm`
 adds in that order (see there). Like the other optimizer kernels, these update

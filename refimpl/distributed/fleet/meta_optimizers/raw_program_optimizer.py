@@ -12,6 +12,7 @@ more than one worker:
   ``collective_helper``), then a ``broadcast`` of every parameter from rank 0
   and a ``c_sync_comm_stream``;
 * main: ``scale(loss@GRAD, 1/nranks)`` after the loss-gradient op; then
+
   - inside a gradient-merge block (``grad_merge_cond_name``): one
     ``all_reduce`` per merged gradient, between ``c_sync_calc_stream`` and
     ``c_sync_comm_stream``, before the block's optimizer ops;
