@@ -220,7 +220,7 @@ class DGCMomentumOptimizer(Optimizer):
         block.append_op(type="dgc_sparse_reduce", inputs={"GatherBuff": gather, "k": k, "Grad": g},
                         outputs={"Grad_out": g})
 
-    def apply_gradients(self, params_grads):
+    def apply_gradients(self, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
         self._append_dgc_ops(params_grads)
         params_grads = sorted(params_grads, key=lambda pg: pg[0].name)
         plain = [(p, g) for p, g in params_grads if not self._is_use_dgc(p, g)]
@@ -275,14 +275,16 @@ class DGCOptimizer(MetaOptimizerBase):
         dist_strategy.dgc = True
         dist_strategy.dgc_configs = {"rampup_begin_step": 0, "rampup_step": 1}
 
-    def backward(self, loss, startup_program=None, parameter_list=None, no_grad_set=None, callbacks=None):
+    def backward(self, loss: Any, startup_program: Any = None, parameter_list: Any = None, no_grad_set: Any = None,
+                 callbacks: Any = None) -> List[Tuple[Any, Any]]:
         return self._init_dgc_opt().backward(loss, startup_program, parameter_list, no_grad_set, callbacks)
 
-    def apply_gradients(self, params_grads):
+    def apply_gradients(self, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
         return self._init_dgc_opt().apply_gradients(params_grads)
 
-    def apply_optimize(self, loss, startup_program, params_grads):
+    def apply_optimize(self, loss: Any, startup_program: Any, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
         return self._init_dgc_opt().apply_optimize(loss, startup_program, params_grads)
 
-    def minimize_impl(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+    def minimize_impl(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
+                      no_grad_set: Any = None) -> Tuple[List[Any], List[Tuple[Any, Any]]]:
         return self._init_dgc_opt().minimize(loss, startup_program, parameter_list, no_grad_set)
