@@ -103,7 +103,7 @@ def fp16_mean(grads):
     return (acc * np.float16(1.0 / len(grads))).astype(np.float32)
 
 
-def run_data_parallel(nranks, fp16):
+def run_data_parallel(nranks, fp16, fuse=False):
     main, startup, loss = regression_net()
     inner = paddle.optimizer.SGD(LR)
     if fp16:
@@ -117,7 +117,7 @@ def run_data_parallel(nranks, fp16):
     paddle.seed(11)
     exe.run(startup, scope=scope)
     bs = paddle.static.BuildStrategy()
-    bs.fuse_all_reduce_ops = False  # one allreduce per float16 gradient (fused float16 buckets: not checked here)
+    bs.fuse_all_reduce_ops = fuse  # one allreduce per float16 gradient, or one per fused float16 bucket
     compiled = paddle.static.CompiledProgram(main, build_strategy=bs, places=[paddle.CPUPlace()] * nranks)
     history = []
     for _ in range(STEPS):
@@ -131,9 +131,10 @@ def run_data_parallel(nranks, fp16):
     return history
 
 
+@pytest.mark.parametrize("fuse", [False, True])
 @pytest.mark.parametrize("nranks", [2, 4])
-def test_updates_use_the_float16_mean_of_the_rank_gradients(nranks):
-    history = run_data_parallel(nranks, fp16=True)
+def test_updates_use_the_float16_mean_of_the_rank_gradients(nranks, fuse):
+    history = run_data_parallel(nranks, fp16=True, fuse=fuse)
     rounding_seen = False
     for before, grads, after in history:
         for n in PARAMS:

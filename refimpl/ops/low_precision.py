@@ -44,7 +44,7 @@ from refimpl.core.bfloat16 import BFLOAT16, round_to_bfloat16
 
 LOW_PRECISION = ("float16", "bfloat16")
 # ops that handle low-precision dtypes themselves
-NATIVE = frozenset({"cast"})
+NATIVE = frozenset({"cast", "coalesce_tensor"})  # coalesce_tensor: its outputs must stay views of the fused buffer
 # attrs a Paddle kernel casts to its dtype T before computing (``scale``: ``static_cast<T>(scale)``)
 ATTRS_IN_T = {"scale": ("scale", "bias")}
 # attrs naming the dtype an op creates (``fill_constant``, the random initialisers): a low-precision
