@@ -277,6 +277,8 @@ def test_bad_input_names_the_option():
         DGCMomentumOptimizer(0.1, 0.9, rampup_begin_step=-1)
     with pytest.raises(InvalidArgument, match="sparsity"):
         DGCMomentumOptimizer(0.1, 0.9, rampup_begin_step=0, sparsity=[])
+    with pytest.raises(InvalidArgument, match="momentum must be a float, got 'x'"):
+        DGCMomentumOptimizer(0.1, "x", rampup_begin_step=0)
     u, g = np.zeros(4, F32), np.ones(4, F32)
     kw = dict(m=0.9, use_nesterov=False, sparsity=[0.5], rampup_begin_step=0.0, rampup_step=1.0, regular_coeff=0.0)
     with pytest.raises(PreconditionNotMet, match="nranks=1"):

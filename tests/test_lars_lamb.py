@@ -202,6 +202,9 @@ def test_bad_input_names_the_option():
         paddle.incubate.optimizer.LarsMomentumOptimizer(0.1, momentum=None)
     with pytest.raises(InvalidArgument, match="exclude_from_weight_decay"):
         paddle.incubate.optimizer.LarsMomentumOptimizer(0.1, 0.9, exclude_from_weight_decay="b_0")
+    # Paddle 3.3.1 raises a bare TypeError ("object of type 'int' has no len()") at minimize
+    with pytest.raises(InvalidArgument, match="exclude_from_weight_decay.*got 3"):
+        paddle.incubate.optimizer.LarsMomentumOptimizer(0.1, 0.9, exclude_from_weight_decay=3)
     with pytest.raises(InvalidArgument, match="lars_weight_decay"):
         lars_momentum([np.ones(2, F32)], [np.ones(2, F32)], [np.zeros(2, F32)], [np.ones(1, F32)], None, mu=0.9,
                       lars_coeff=0.001, lars_weight_decay=[0.1, 0.2], epsilon=0.0, multi_precision=False,

@@ -15,7 +15,7 @@ import refimpl as paddle
 from refimpl.core.errors import InvalidArgument
 from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.distributed.fleet.base.meta_optimizer_factory import META_OPTIMIZER_NAMES, MetaOptimizerFactory
-from refimpl.distributed.fleet.base.strategy_compiler import StrategyCompiler, maximum_path_len_algo
+from refimpl.distributed.fleet.base.strategy_compiler import StrategyCompiler, longest_chain, maximum_path_len_algo
 from refimpl.distributed.fleet.meta_optimizers import DistributedOptimizer
 from refimpl.framework import Program, unique_name
 
@@ -154,6 +154,22 @@ def test_maximum_path_len_algo():
     assert len(maximum_path_len_algo([x, y, z])) == 2
     with pytest.raises(InvalidArgument, match="ring"):
         maximum_path_len_algo([_Fake("p", ["q"]), _Fake("q", ["p"])])
+
+
+# adjacency matrices and what Paddle 3.3.1's strategy_compiler.floyd returns for them
+# (FLAGS_enable_pir_api=0 /tmp/pd33/bin/python: print(floyd(edge)))
+PADDLE_FLOYD = [
+    # AMP, FP16AllReduce, GradientMerge, Lamb with their white lists: FP16AllReduce -> GM -> AMP -> Lamb,
+    # although FP16AllReduce may not wrap AMP directly
+    ([[0, 0, 0, 1], [0, 0, 1, 1], [1, 0, 0, 1], [0, 0, 0, 0]], [1, 2, 0, 3]),
+    ([[0, 1, 0], [0, 0, 1], [0, 0, 0]], [0, 1]),
+    ([[0, 0], [0, 0]], [0]),
+]
+
+
+@pytest.mark.parametrize("edge, expected", PADDLE_FLOYD)
+def test_longest_chain_is_paddles_floyd(edge, expected):
+    assert longest_chain(len(edge), lambda i, j: edge[i][j] == 1) == expected
 
 
 def test_generate_optimizer_without_candidates_returns_the_optimizer():

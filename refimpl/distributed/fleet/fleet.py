@@ -61,6 +61,7 @@ from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplement
 from .base.compat_errors import InvalidArgumentAssertion, InvalidArgumentAttribute
 from .base.compat_errors import PreconditionAssertion
 from .base.distributed_strategy import DistributedStrategy
+from .comm_groups import static_comm_groups
 from .base.mpi_role_maker import MPIRoleMaker
 from .base.role_maker import PaddleCloudRoleMaker, RoleMakerBase
 from .base.runtime_factory import install as _guard_runtime_methods
@@ -84,35 +85,6 @@ _HYBRID_AXES = {"dp": "data", "pp": "pipe", "sharding": "sharding", "mp": "model
 NotInitialized = type("NotInitialized", (PreconditionNotMet, AttributeError), {"kind": PreconditionNotMet.kind})
 #: an unknown name in ``hybrid_parallel_order`` (Paddle: KeyError; its intended check is an assert)
 HybridOrderError = type("HybridOrderError", (InvalidArgumentAssertion, KeyError), {})
-
-
-class _CommunicateGroup:
-    """Paddle's static-mode group table (``topology._CommunicateGroup``): name -> ``Group`` of a ring id.
-
-    The groups only describe rings (rank, ring id, ranks) for the ops the
-    meta-optimizers write; they create no communicator.
-    """
-
-    def __init__(self):
-        self.groups = {}
-
-    def set_comm_group(self, group_name, group_rank, group_size, ring_id, group_ranks):
-        from refimpl.distributed.collective import Group
-        self.groups[group_name] = Group(group_rank, ring_id, group_ranks)
-
-    def get_group(self, group_name):
-        if group_name not in self.groups:
-            raise PreconditionAssertion(f"no '{group_name}' group; the groups are {sorted(self.groups)}")
-        return self.groups[group_name]
-
-    def get_model_parallel_group(self):
-        return self.get_group("model")
-
-    def get_model_parallel_world_size(self):
-        return self.get_group("model").nranks
-
-    def get_model_parallel_rank(self):
-        return self.get_group("model").rank
 
 
 class _RankState:
@@ -213,8 +185,7 @@ class Fleet(CollectivePerf, ParameterServerAPI):
              strategy: Optional[DistributedStrategy] = None, log_level: Union[str, int] = "INFO") -> Fleet:
         """Set up this rank's role (and, in collective mode, its groups); return the fleet."""
         set_log_level(log_level)
-        if strategy is None:
-            strategy = DistributedStrategy()
+        strategy = DistributedStrategy() if strategy is None else strategy
         _check_strategy(strategy)
         strategy = copy.deepcopy(strategy)
         if role_maker is None:
@@ -241,27 +212,7 @@ class Fleet(CollectivePerf, ParameterServerAPI):
 
     def _init_collective_groups(self):
         """Paddle's static collective setup: the 'global' ring and, for sharding / tensor parallel, 'model'."""
-        s = self._user_defined_strategy
-        use_sharding, use_tp = s.sharding, s.tensor_parallel
-        rank, size = self.worker_index(), self.worker_num()
-        ranks = list(range(size))
-        cg = self._hcg = _CommunicateGroup()
-        cg.set_comm_group("global", rank, size, 3 if use_sharding else 0, ranks)  # ring 3: sharding's
-        if not (use_sharding or use_tp):
-            return
-        mp_sharding = int(s.sharding_configs["mp_degree"]) if use_sharding else 1
-        mp_tp = int(s.tensor_parallel_configs["tensor_parallel_degree"]) if use_tp else 1
-        if use_sharding and use_tp and mp_sharding != mp_tp:
-            raise InvalidArgumentAssertion(f"sharding_configs['mp_degree'] ({mp_sharding}) must equal "
-                                           f"tensor_parallel_configs['tensor_parallel_degree'] ({mp_tp})")
-        mp_degree = mp_sharding if use_sharding else mp_tp
-        if mp_degree > 1:
-            if size % mp_degree != 0:
-                raise InvalidArgumentAssertion(f"the {size} workers cannot be split into model-parallel "
-                                               f"groups of {mp_degree}")
-            group_id = rank // mp_degree
-            cg.set_comm_group("model", rank % mp_degree, mp_degree, 0,
-                              [r for r in ranks if r // mp_degree == group_id])
+        self._hcg = static_comm_groups(self._user_defined_strategy, self.worker_index(), self.worker_num())
 
     def _init_hybrid_parallel_env(self):
         """Build this rank's HybridCommunicateGroup from ``hybrid_configs`` (Paddle's dygraph setup)."""

@@ -11,7 +11,7 @@ Difference: float16 master weights (``multi_precision``) are not supported.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, TYPE_CHECKING, Union
+from typing import Any, List, Optional, Sequence, TYPE_CHECKING, Union
 
 import numpy as np
 
@@ -31,6 +31,18 @@ def _number(name: str, value: Any) -> float:
     return float(value)
 
 
+def _name_fragments(value: Any) -> List[str]:
+    """``exclude_from_weight_decay`` as a list of strings (Paddle 3.3.1 fails with a bare TypeError
+    on a non-sequence, and matches a string letter by letter; both are refused here)."""
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or \
+            not all(isinstance(f, str) for f in value):
+        raise InvalidArgument("LarsMomentumOptimizer: exclude_from_weight_decay must be a list of name "
+                              f"fragments (strings), got {value!r}")
+    return list(value)
+
+
 class LarsMomentumOptimizer(Optimizer):
     type = "lars_momentum"
 
@@ -48,10 +60,7 @@ class LarsMomentumOptimizer(Optimizer):
         self._lars_weight_decay = _number("lars_weight_decay", lars_weight_decay)
         self._epsilon = _number("epsilon", epsilon)
         self._rescale_grad = _number("rescale_grad", rescale_grad)
-        if isinstance(exclude_from_weight_decay, str):
-            raise InvalidArgument("LarsMomentumOptimizer: exclude_from_weight_decay must be a list of name "
-                                  f"fragments, got the string {exclude_from_weight_decay!r}")
-        self._exclude_from_weight_decay = list(exclude_from_weight_decay or [])
+        self._exclude_from_weight_decay = _name_fragments(exclude_from_weight_decay)
         self._multi_precision = bool(multi_precision)
 
     def _create_accumulators(self, block, params):

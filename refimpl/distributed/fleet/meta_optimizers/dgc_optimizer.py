@@ -94,6 +94,8 @@ class DGCMomentumOptimizer(Optimizer):
         if not sparsity or any(not 0 < s <= 1 for s in sparsity):
             raise InvalidArgument(f"DGCMomentumOptimizer: sparsity must be a non-empty list of values in (0, 1], "
                                   f"got {list(sparsity)}")
+        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
+            raise InvalidArgument(f"DGCMomentumOptimizer: momentum must be a float, got {momentum!r}")
         self._momentum, self._use_nesterov = float(momentum), bool(use_nesterov)
         self._rampup_begin_step, self._rampup_step = rampup_begin_step, rampup_step
         self._sparsity = [float(s) for s in sparsity]

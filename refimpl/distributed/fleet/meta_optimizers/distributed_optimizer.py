@@ -84,6 +84,10 @@ class DistributedOptimizer:
         if strategy is not None and not isinstance(strategy, DistributedStrategy):
             raise InvalidArgument(f"distributed_optimizer: strategy must be a DistributedStrategy, "
                                   f"got {type(strategy).__name__}")
+        if not callable(getattr(inner_optimizer, "minimize", None)):
+            # Paddle 3.3.1 fails at minimize with a bare AttributeError ('NoneType' ... '_learning_rate')
+            raise InvalidArgument(f"distributed_optimizer: optimizer must be a paddle optimizer (with "
+                                  f"minimize), got {inner_optimizer!r}")
         self.inner_opt = inner_optimizer
         self.user_defined_strategy = strategy if strategy is not None else DistributedStrategy()
         self.fleet = fleet

@@ -12,7 +12,11 @@ marks the program and runs it with its pipeline trainer). With data
 parallelism each replica's pipeline has its own transfer rings and the
 optimizer job all-reduces the accumulated gradients over the replicas; with
 gradient merge (``apply_pipeline``'s ``k_steps``) the update happens every ``k_steps``
-runs. Difference: Paddle's legacy pipeline program (its section programs,
+runs. With ``pipeline_configs["micro_batch_size"]`` given, a fed batch must
+have ``micro_batch_size x accumulate_steps`` rows (Paddle sizes its receive
+buffers from it; refimpl raises InvalidArgument before any job runs, where
+it would otherwise split the batch into micro-batches of another size).
+Difference: Paddle's legacy pipeline program (its section programs,
 ``send_v2`` / ``recv_v2`` and ring layout) is not reproduced: refimpl runs
 its own Plan with the same numbers.
 """
@@ -111,8 +115,17 @@ def apply_pipeline(main: Program, startup: Program, loss: Variable, configs: Dic
             if ring not in ctx.groups and _can_host(ctx, dp * pp):
                 ctx.add_group(ring, ranks)
     _extend_startup(startup, pipeline.startup)
-    main._pipeline_opt = PipelineRun(pipeline, stage)
+    mbs = configs.get("micro_batch_size")
+    main._pipeline_opt = PipelineRun(pipeline, stage, None if mbs is None else int(mbs))
     return pipeline
+
+
+def _given_pipeline_configs(strategy: Any) -> Dict[str, Any]:
+    """``strategy.pipeline_configs``, less ``micro_batch_size`` when the user left it at its default."""
+    configs = dict(strategy.pipeline_configs)
+    if not strategy.strategy.get("pipeline_configs").has("micro_batch_size"):
+        configs.pop("micro_batch_size", None)
+    return configs
 
 
 def _extend_startup(startup, extended):
@@ -129,8 +142,9 @@ def _extend_startup(startup, extended):
 class PipelineRun:
     """``Executor.run`` of a pipelined program: this rank's Plan over micro-batch scopes."""
 
-    def __init__(self, pipeline: Pipeline, stage: int) -> None:
+    def __init__(self, pipeline: Pipeline, stage: int, micro_batch_size: Optional[int] = None) -> None:
         self.pipeline, self.stage = pipeline, stage
+        self.micro_batch_size = micro_batch_size
         self.plan = pipeline.plans[stage]
         self.executor: Optional[PlanExecutor] = None
 
@@ -141,11 +155,31 @@ class PipelineRun:
             scope: Scope, return_numpy: bool = True, trace: Optional[Trace] = None) -> List[Any]:
         if self.executor is None:
             self.executor = PlanExecutor(exe.place, rank=self.stage)
+        self._check_batch(feed)
         names = [f if isinstance(f, str) else f.name for f in (fetch_list or [])]
         here = [n for n in names if self.has_var(n)]
         out = self.executor.run(self.plan, feed=feed, fetch_list=here, scope=scope, trace=trace)
         got = dict(zip(here, out))
         return [np.asarray(got[n]) if n in got else None for n in names]
+
+
+    def _check_batch(self, feed: Optional[Dict[str, Any]]) -> None:
+        """Fed rows must be micro_batch_size x accumulate_steps when micro_batch_size was set.
+
+        Paddle sizes the pipeline's receive buffers from ``micro_batch_size``,
+        so another batch size cannot run there; refimpl splits whatever is fed
+        into ``accumulate_steps`` parts, and would otherwise train silently
+        with micro-batches of another size. Checked before any job runs.
+        """
+        if self.micro_batch_size is None:
+            return
+        m = self.pipeline.num_micro_batches
+        for name, value in (feed or {}).items():
+            rows = np.shape(value)[0] if np.ndim(value) > 0 else None
+            if rows is not None and rows != self.micro_batch_size * m:
+                raise InvalidArgument(
+                    f"pipeline_configs['micro_batch_size'] = {self.micro_batch_size} with accumulate_steps = {m} "
+                    f"needs batches of {self.micro_batch_size * m} rows, but feed {name!r} has {rows}")
 
 
 class PipelineOptimizer(MetaOptimizerBase):
@@ -203,6 +237,6 @@ class PipelineOptimizer(MetaOptimizerBase):
         main = loss.block.program
         dp, pp = self._degrees(main)
         optimize_ops, params_grads = self.inner_opt.minimize(loss, startup, parameter_list, no_grad_set)
-        self.pipeline = apply_pipeline(main, startup, loss, self.user_defined_strategy.pipeline_configs,
+        self.pipeline = apply_pipeline(main, startup, loss, _given_pipeline_configs(self.user_defined_strategy),
                                        self.role_maker._worker_index(), dp, pp, 1, self.fleet)
         return optimize_ops, params_grads

@@ -118,9 +118,9 @@ class RawProgramOptimizer(MetaOptimizerBase):
 
     def _transpile_main_program(self, loss: Any) -> None:
         self._insert_loss_grad_ops()
-        gm_block = self._find_gradient_merge_block()
-        if gm_block is not None:
-            self._insert_allreduce_ops_for_gm(gm_block)
+        merge_block = self._find_gradient_merge_block()
+        if merge_block is not None:
+            self._insert_allreduce_ops_for_gm(merge_block)
         elif self.fuse_all_reduce_ops and self.fuse_grad_size_in_num > 1:
             if self.sync_before_allreduce:
                 raise Unimplemented("RawProgramOptimizer: FLAGS_sync_before_allreduce="
@@ -200,8 +200,7 @@ class RawProgramOptimizer(MetaOptimizerBase):
         """var name -> (first, last) index of the backward ops writing it, up to the first optimizer op."""
         block = self.main_program.global_block()
         span: Dict[str, Tuple[int, int]] = {}
-        for idx in range(first_backward_idx, len(block.ops)):
-            op = block.ops[idx]
+        for idx, op in enumerate(block.ops[first_backward_idx:], start=first_backward_idx):
             if is_optimizer_op(op):
                 break
             for name in op.output_arg_names:

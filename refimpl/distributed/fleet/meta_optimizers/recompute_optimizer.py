@@ -26,14 +26,15 @@ class RecomputeOptimizer(MetaOptimizerBase):
         self.meta_optimizers_black_list = []
 
     def _init_wrapped_opt(self) -> None:
-        if self.wrapped_opt is not None:
-            return
-        from refimpl.incubate.optimizer import RecomputeOptimizer as RO
-        configs = self.user_defined_strategy.recompute_configs
-        self.wrapped_opt = RO(self.inner_opt)
-        self.wrapped_opt._set_checkpoints(list(configs["checkpoints"]))
-        if configs["enable_offload"]:
-            self.wrapped_opt._enable_offload()
+        """Wrap the inner optimizer once, in refimpl's incubate RecomputeOptimizer, with the checkpoints."""
+        if self.wrapped_opt is None:
+            from refimpl.incubate.optimizer import RecomputeOptimizer as IncubateRecompute
+            wrapped = IncubateRecompute(self.inner_opt)
+            recompute_configs = self.user_defined_strategy.recompute_configs
+            wrapped._set_checkpoints([name for name in recompute_configs["checkpoints"]])
+            if recompute_configs["enable_offload"]:
+                wrapped._enable_offload()  # raises Unimplemented (see the module docstring)
+            self.wrapped_opt = wrapped
 
     def _can_apply(self) -> bool:
         if not self.role_maker._is_collective:
