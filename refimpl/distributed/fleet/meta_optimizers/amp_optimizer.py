@@ -15,14 +15,14 @@ entries that name no registered op (a typed error naming the key and value).
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Set, Tuple
+from typing import Any, Optional
 
 from refimpl.core.errors import InvalidArgument
 
-from .meta_optimizer_base import MetaOptimizerBase, ParamsGrads
+from .meta_optimizer_base import WrappingMetaOptimizer
 
 
-class AMPOptimizer(MetaOptimizerBase):
+class AMPOptimizer(WrappingMetaOptimizer):
     def __init__(self, optimizer: Any) -> None:
         super().__init__(optimizer)
         self.wrapped_opt: Any = None
@@ -65,23 +65,9 @@ class AMPOptimizer(MetaOptimizerBase):
                                      "decr_every_n_nan_or_inf": 2, "incr_ratio": 2.0, "decr_ratio": 0.8,
                                      "use_dynamic_loss_scaling": True}
 
-    def backward(self, loss: Any, startup_program: Optional[Any] = None,
-                 parameter_list: Optional[Sequence[Any]] = None, no_grad_set: Optional[Set[Any]] = None,
-                 callbacks: Optional[Sequence[Any]] = None) -> ParamsGrads:
+    def _wrapped(self) -> Any:
         self._init_wrapped_opt()
-        return self.wrapped_opt.backward(loss, startup_program, parameter_list, no_grad_set, callbacks)
-
-    def apply_gradients(self, params_grads: Any) -> List[Any]:
-        return self.wrapped_opt.apply_gradients(params_grads=params_grads)
-
-    def apply_optimize(self, loss: Any, startup_program: Optional[Any], params_grads: Any) -> List[Any]:
-        return self.wrapped_opt.apply_optimize(loss, startup_program=startup_program, params_grads=params_grads)
-
-    def minimize_impl(self, loss: Any, startup_program: Optional[Any] = None,
-                      parameter_list: Optional[Sequence[Any]] = None,
-                      no_grad_set: Optional[Set[Any]] = None) -> Tuple[List[Any], ParamsGrads]:
-        self._init_wrapped_opt()
-        return self.wrapped_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
+        return self.wrapped_opt
 
     def amp_init(self, place: Any, scope: Any = None, test_program: Any = None, use_fp16_test: bool = False) -> Any:
         return self.wrapped_opt.amp_init(place, scope, test_program, use_fp16_test)

@@ -47,7 +47,7 @@ from refimpl.regularizer import L1Decay, L2Decay
 from refimpl.static.input import create_global_var
 from refimpl.static.layer_helper import LayerHelper
 
-from .meta_optimizer_base import MetaOptimizerBase
+from .meta_optimizer_base import WrappingMetaOptimizer
 
 __all__ = ["DGCMomentumOptimizer", "DGCOptimizer"]
 
@@ -233,7 +233,7 @@ class DGCMomentumOptimizer(Optimizer):
         return self._create_optimization_pass(sorted(plain + compressed, key=lambda pg: pg[0].name))
 
 
-class DGCOptimizer(MetaOptimizerBase):
+class DGCOptimizer(WrappingMetaOptimizer):
     """Fleet's ``strategy.dgc``: a Momentum inner optimizer becomes a DGCMomentumOptimizer."""
 
     def __init__(self, optimizer: Optimizer) -> None:
@@ -277,16 +277,5 @@ class DGCOptimizer(MetaOptimizerBase):
         dist_strategy.dgc = True
         dist_strategy.dgc_configs = {"rampup_begin_step": 0, "rampup_step": 1}
 
-    def backward(self, loss: Any, startup_program: Any = None, parameter_list: Any = None, no_grad_set: Any = None,
-                 callbacks: Any = None) -> List[Tuple[Any, Any]]:
-        return self._init_dgc_opt().backward(loss, startup_program, parameter_list, no_grad_set, callbacks)
-
-    def apply_gradients(self, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
-        return self._init_dgc_opt().apply_gradients(params_grads)
-
-    def apply_optimize(self, loss: Any, startup_program: Any, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
-        return self._init_dgc_opt().apply_optimize(loss, startup_program, params_grads)
-
-    def minimize_impl(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
-                      no_grad_set: Any = None) -> Tuple[List[Any], List[Tuple[Any, Any]]]:
-        return self._init_dgc_opt().minimize(loss, startup_program, parameter_list, no_grad_set)
+    def _wrapped(self) -> Any:
+        return self._init_dgc_opt()

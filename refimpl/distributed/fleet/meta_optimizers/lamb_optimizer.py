@@ -11,16 +11,16 @@ excluded from the decay. Wraps nothing.
 from __future__ import annotations
 
 import logging
-from typing import Any, List, Optional, Sequence, Set, Tuple
+from typing import Any, Optional
 
 from refimpl.optimizer import Adam
 
-from .meta_optimizer_base import MetaOptimizerBase, ParamsGrads
+from .meta_optimizer_base import WrappingMetaOptimizer
 
 logger = logging.getLogger("refimpl.distributed.fleet")
 
 
-class LambOptimizer(MetaOptimizerBase):
+class LambOptimizer(WrappingMetaOptimizer):
     def __init__(self, optimizer: Any) -> None:
         super().__init__(optimizer)
         self.lamb_opt: Any = None
@@ -62,21 +62,8 @@ class LambOptimizer(MetaOptimizerBase):
         dist_strategy.lamb = True
         dist_strategy.lamb_configs = {"lamb_weight_decay": 0.01, "exclude_from_weight_decay": []}
 
-    def backward(self, loss: Any, startup_program: Optional[Any] = None,
-                 parameter_list: Optional[Sequence[Any]] = None, no_grad_set: Optional[Set[Any]] = None,
-                 callbacks: Optional[Sequence[Any]] = None) -> ParamsGrads:
-        return self._lamb().backward(loss, startup_program, parameter_list, no_grad_set, callbacks)
-
-    def apply_gradients(self, params_grads: Any) -> List[Any]:
-        return self._lamb().apply_gradients(params_grads=params_grads)
-
-    def apply_optimize(self, loss: Any, startup_program: Optional[Any], params_grads: Any) -> List[Any]:
-        return self._lamb()._apply_optimize(loss, startup_program=startup_program, params_grads=params_grads)
-
-    def minimize_impl(self, loss: Any, startup_program: Optional[Any] = None,
-                      parameter_list: Optional[Sequence[Any]] = None,
-                      no_grad_set: Optional[Set[Any]] = None) -> Tuple[List[Any], ParamsGrads]:
-        return self._lamb().minimize(loss, startup_program, parameter_list, no_grad_set)
+    def _wrapped(self) -> Any:
+        return self._lamb()
 
 
 __all__ = ["LambOptimizer"]

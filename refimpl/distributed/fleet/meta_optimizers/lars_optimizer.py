@@ -12,16 +12,16 @@ learning rate, momentum, parameters, regularization, grad clip and name and
 from __future__ import annotations
 
 import logging
-from typing import Any, List, Optional, Sequence, Set, Tuple
+from typing import Any, Optional
 
 from refimpl.optimizer import Momentum
 
-from .meta_optimizer_base import MetaOptimizerBase, ParamsGrads
+from .meta_optimizer_base import WrappingMetaOptimizer
 
 logger = logging.getLogger("refimpl.distributed.fleet")
 
 
-class LarsOptimizer(MetaOptimizerBase):
+class LarsOptimizer(WrappingMetaOptimizer):
     def __init__(self, optimizer: Any) -> None:
         super().__init__(optimizer)
         self.lars_opt: Any = None
@@ -58,21 +58,8 @@ class LarsOptimizer(MetaOptimizerBase):
         dist_strategy.lars = True
         dist_strategy.lars_configs = {"lars_coeff": 0.01, "lars_weight_decay": 0.0005}
 
-    def backward(self, loss: Any, startup_program: Optional[Any] = None,
-                 parameter_list: Optional[Sequence[Any]] = None, no_grad_set: Optional[Set[Any]] = None,
-                 callbacks: Optional[Sequence[Any]] = None) -> ParamsGrads:
-        return self._lars().backward(loss, startup_program, parameter_list, no_grad_set, callbacks)
-
-    def apply_gradients(self, params_grads: Any) -> List[Any]:
-        return self._lars().apply_gradients(params_grads=params_grads)
-
-    def apply_optimize(self, loss: Any, startup_program: Optional[Any], params_grads: Any) -> List[Any]:
-        return self._lars()._apply_optimize(loss, startup_program=startup_program, params_grads=params_grads)
-
-    def minimize_impl(self, loss: Any, startup_program: Optional[Any] = None,
-                      parameter_list: Optional[Sequence[Any]] = None,
-                      no_grad_set: Optional[Set[Any]] = None) -> Tuple[List[Any], ParamsGrads]:
-        return self._lars().minimize(loss, startup_program, parameter_list, no_grad_set)
+    def _wrapped(self) -> Any:
+        return self._lars()
 
 
 __all__ = ["LarsOptimizer"]

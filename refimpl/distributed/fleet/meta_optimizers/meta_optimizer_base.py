@@ -90,4 +90,33 @@ class MetaOptimizerBase(Optimizer):
         return self.minimize_impl(loss, startup_program, parameter_list, no_grad_set)
 
 
-__all__ = ["MetaOptimizerBase"]
+class WrappingMetaOptimizer(MetaOptimizerBase):
+    """A meta-optimizer that stands for one refimpl optimizer made from the strategy: AMP's decorated
+    optimizer, recompute's, LAMB's, LARS's, DGC's. Subclasses say how to make it (``_wrapped``, built
+    on first use, as Paddle builds it when the strategy is known); backward, the updates and
+    ``minimize_impl`` are that optimizer's."""
+
+    def _wrapped(self) -> Any:
+        raise Unimplemented(f"{type(self).__name__} must say which optimizer it wraps (_wrapped)")
+
+    def backward(self, loss: Variable, startup_program: Optional[Program] = None,
+                 parameter_list: Optional[Sequence[Any]] = None, no_grad_set: Optional[Set[Any]] = None,
+                 callbacks: Optional[Sequence[Callable[..., Any]]] = None) -> ParamsGrads:
+        return self._wrapped().backward(loss, startup_program, parameter_list, no_grad_set, callbacks)
+
+    def apply_gradients(self, params_grads: Sequence[Tuple[Parameter, Variable]]) -> List[Operator]:
+        return self._wrapped().apply_gradients(params_grads)
+
+    def apply_optimize(self, loss: Variable, startup_program: Optional[Program],
+                       params_grads: Sequence[Tuple[Parameter, Variable]]) -> List[Operator]:
+        return self._wrapped().apply_optimize(loss, startup_program, params_grads)
+
+    _apply_optimize = apply_optimize
+
+    def minimize_impl(self, loss: Variable, startup_program: Optional[Program] = None,
+                      parameter_list: Optional[Sequence[Any]] = None,
+                      no_grad_set: Optional[Set[Any]] = None) -> Tuple[List[Operator], ParamsGrads]:
+        return self._wrapped().minimize(loss, startup_program, parameter_list, no_grad_set)
+
+
+__all__ = ["MetaOptimizerBase", "WrappingMetaOptimizer"]

@@ -11,14 +11,14 @@ rejects checkpoint names that are no variable of the loss's program.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Set, Tuple
+from typing import Any, Optional
 
 from refimpl.core.errors import InvalidArgument, Unimplemented
 
-from .meta_optimizer_base import MetaOptimizerBase, ParamsGrads
+from .meta_optimizer_base import WrappingMetaOptimizer
 
 
-class RecomputeOptimizer(MetaOptimizerBase):
+class RecomputeOptimizer(WrappingMetaOptimizer):
     def __init__(self, optimizer: Any) -> None:
         super().__init__(optimizer)
         self.wrapped_opt: Any = None
@@ -59,23 +59,9 @@ class RecomputeOptimizer(MetaOptimizerBase):
     def _enable_strategy(self, dist_strategy: Any, context: Optional[dict] = None) -> None:
         return
 
-    def backward(self, loss: Any, startup_program: Optional[Any] = None,
-                 parameter_list: Optional[Sequence[Any]] = None, no_grad_set: Optional[Set[Any]] = None,
-                 callbacks: Optional[Sequence[Any]] = None) -> ParamsGrads:
+    def _wrapped(self) -> Any:
         self._init_wrapped_opt()
-        return self.wrapped_opt.backward(loss, startup_program, parameter_list, no_grad_set, callbacks)
-
-    def apply_gradients(self, params_grads: Any) -> List[Any]:
-        return self.wrapped_opt.apply_gradients(params_grads=params_grads)
-
-    def apply_optimize(self, loss: Any, startup_program: Optional[Any], params_grads: Any) -> List[Any]:
-        return self.wrapped_opt.apply_optimize(loss, startup_program=startup_program, params_grads=params_grads)
-
-    def minimize_impl(self, loss: Any, startup_program: Optional[Any] = None,
-                      parameter_list: Optional[Sequence[Any]] = None,
-                      no_grad_set: Optional[Set[Any]] = None) -> Tuple[List[Any], ParamsGrads]:
-        self._init_wrapped_opt()
-        return self.wrapped_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
+        return self.wrapped_opt
 
 
 __all__ = ["RecomputeOptimizer"]
