@@ -375,8 +375,11 @@ def share_data(X):
 
 
 def memcpy(X, *, dst_place_type):
-    """A device copy: this backend keeps every tensor on the GPU (fetches come back to the host)."""
+    """A device copy, except to pinned host memory (``dst_place_type`` 2, recompute's checkpoint
+    offload): a host NumPy copy, which the next kernel that reads it copies back to the device."""
     cpu_shape.check_place_type("memcpy", dst_place_type)
+    if dst_place_type == 2:
+        return to_host(X)
     return copy_array(dev(X))
 
 

@@ -21,7 +21,7 @@ DIR = os.environ.get("REFIMPL_PADDLE_TESTS", "")
 pytestmark = pytest.mark.skipif(not os.path.isdir(DIR), reason="maintainer tool: set REFIMPL_PADDLE_TESTS to "
                                 "a directory of Paddle's fleet unit tests")
 
-#: passing on refimpl when this file was written: all but offload (Unimplemented) and the pipeline+AMP test,
+#: passing on refimpl when this file was written: all but the pipeline+AMP test,
 #: which reads Paddle's section programs (refimpl runs its own pipeline Plan)
 PASSING = {
     "test_fleet_amp_init.TestFleetAMPInit.test_fleet_amp_init",
@@ -62,9 +62,11 @@ PASSING = {
     "test_fleet_localsgd_meta_optimizer.TestFleetLocalSGDMetaOptimizer.test_localsgd_amp_optimizer",
     "test_fleet_localsgd_meta_optimizer.TestFleetLocalSGDMetaOptimizer.test_localsgd_optimizer",
     "test_fleet_pipeline_meta_optimizer.TestFleetMetaOptimizer.test_pipeline_optimizer",
+    "test_fleet_pipeline_meta_optimizer.TestFleetMetaOptimizer.test_pipeline_amp_optimizer",
     "test_fleet_raw_program_meta_optimizer.TestFleetMetaOptimizer.test_pipeline_optimizer",
     "test_fleet_recompute_meta_optimizer.TestFleetRecomputeMetaOptimizer.test_recompute_lamb_optimizer",
     "test_fleet_recompute_meta_optimizer.TestFleetRecomputeMetaOptimizer.test_recompute_lars_optimizer",
+    "test_fleet_recompute_meta_optimizer.TestFleetRecomputeMetaOptimizer.test_recompute_offload",
     "test_fleet_recompute_meta_optimizer.TestFleetRecomputeMetaOptimizer.test_recompute_optimizer",
     "test_fleet_recompute_meta_optimizer.TestFleetRecomputeMetaOptimizer.test_recompute_optimizer_backward",
     "test_fleet_recompute_meta_optimizer.TestFleetRecomputeMetaOptimizer.test_recompute_optimizer_backward_gradients",

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import refimpl as paddle
-from refimpl.core.errors import InvalidArgument, Unimplemented
+from refimpl.core.errors import InvalidArgument
 from refimpl.framework.variable import VariableNotFound
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,8 +84,6 @@ def test_an_unknown_checkpoint_name_and_a_missing_set_checkpoints():
             rc.minimize(loss)
     with pytest.raises(NotImplementedError, match="not supported by Recompute Optimizer"):
         rc.load({})
-    with pytest.raises(Unimplemented, match="offload"):
-        rc._enable_offload()
 
 
 def test_append_backward_refuses_checkpoints_that_are_not_variables():

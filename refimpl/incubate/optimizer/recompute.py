@@ -4,20 +4,24 @@ Mirrors ``python/paddle/incubate/optimizer/recompute.py`` (Paddle 3.3.1, static 
 checkpoints set with ``_set_checkpoints`` (Variables or names of the loss's block) go to
 ``append_backward(..., checkpoints=...)`` (``refimpl/static/backward_recompute.py``), which keeps
 only them (and the vars crossing segments) alive through the forward and re-runs the rest of
-each segment in the backward; the update is the wrapped optimizer's. Differences from Paddle:
-``_enable_offload`` (checkpoints copied to pinned host memory, a CUDA-only feature) raises
-Unimplemented; bad checkpoints raise :class:`CheckpointsError` (an InvalidArgument that is also
-the AssertionError Paddle's ``assert`` raises), naming the value; an ``optimizer`` that is not one
-raises :class:`NotAnOptimizerError` (an InvalidArgument that is also Paddle's AttributeError).
+each segment in the backward; the update is the wrapped optimizer's. ``_enable_offload`` (set
+``checkpoint_shape`` too) copies the checkpoints to pinned host memory and back
+(``recompute_offload.py``). Differences from Paddle: bad checkpoints raise
+:class:`CheckpointsError` (an InvalidArgument that is also the AssertionError Paddle's ``assert``
+raises), naming the value, and a bad ``checkpoint_shape`` is refused before the backward is built;
+an ``optimizer`` that is not one raises :class:`NotAnOptimizerError` (an InvalidArgument that is
+also Paddle's AttributeError).
 """
 from __future__ import annotations
 
 from typing import Any, Callable, List, Optional, Sequence, Set, Tuple, Union
 
 from refimpl.core.errors import InvalidArgument, Unimplemented
-from refimpl.framework.program import Program, program_guard
+from refimpl.framework.program import Program, default_startup_program, program_guard
 from refimpl.framework.variable import Variable
 from refimpl.static.backward import append_backward
+
+from .recompute_offload import check_checkpoint_shape, offload_checkpoints
 
 
 class CheckpointsError(InvalidArgument, AssertionError):
@@ -40,6 +44,7 @@ class RecomputeOptimizer:
         self._learning_rate = optimizer._learning_rate
         self._learning_rate_map = optimizer._learning_rate_map
         self.enable_offload = False
+        self.checkpoint_shape: List[int] = []
 
     def _set_checkpoints(self, checkpoints: List[Union[Variable, str]]) -> None:
         if not isinstance(checkpoints, list):
@@ -52,8 +57,8 @@ class RecomputeOptimizer:
         self._checkpoints = checkpoints
 
     def _enable_offload(self) -> None:
-        raise Unimplemented("RecomputeOptimizer._enable_offload: checkpoint offload to pinned host "
-                            "memory is not implemented by refimpl")
+        """Offload the checkpoints in the next ``backward`` (call before it; set ``checkpoint_shape``)."""
+        self.enable_offload = True
 
     def load(self, state_dict: Any) -> None:
         raise Unimplemented("load function is not supported by Recompute Optimizer for now")
@@ -68,14 +73,22 @@ class RecomputeOptimizer:
                  callbacks: Optional[Sequence[Callable[..., Any]]] = None) -> List[Tuple[Any, Any]]:
         """``append_backward`` with the checkpoints; ``[(param, grad)]``."""
         checkpoints = self._require_checkpoints()
+        if self.enable_offload:
+            check_checkpoint_shape(self.checkpoint_shape)
         self._dtype = loss.dtype
         with program_guard(loss.block.program, startup_program):
             ckpt_vars = [c if isinstance(c, Variable) else loss.block.var(c) for c in checkpoints]
             result = append_backward(loss, parameter_list, no_grad_set, checkpoints=ckpt_vars)
-        if ckpt_vars:  # append_backward also returned the sorted checkpoint names
-            params_grads, _ = result  # type: ignore[misc]
-            return params_grads
-        return result
+        if not ckpt_vars:
+            if self.enable_offload:  # Paddle fails here on the unbound sorted checkpoint names
+                raise CheckpointsError("RecomputeOptimizer offload needs checkpoints, got an empty list")
+            return result
+        params_grads, sorted_names = result  # type: ignore[misc]
+        if self.enable_offload:
+            if startup_program is None:
+                startup_program = default_startup_program()
+            offload_checkpoints(loss, startup_program, sorted_names, self.checkpoint_shape)
+        return params_grads
 
     def apply_gradients(self, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
         return self._optimizer.apply_gradients(params_grads=params_grads)

@@ -5,15 +5,18 @@ of Paddle 3.3.1: applies in collective mode when ``recompute`` is on and
 ``recompute_configs["checkpoints"]`` is not empty (with none it silently does
 not apply, and the final strategy shows recompute off); wraps
 ``refimpl.incubate.optimizer.RecomputeOptimizer`` with those checkpoints;
-may wrap LARS, LAMB and DGC. ``enable_offload`` raises Unimplemented naming
-it (refimpl has no pinned host memory). Addition: ``_check_configs``
-rejects checkpoint names that are no variable of the loss's program.
+may wrap LARS, LAMB and DGC. ``enable_offload`` turns on the wrapped
+optimizer's checkpoint offload with ``checkpoint_shape``. Addition: ``_check_configs``
+rejects checkpoint names that are no variable of the loss's program, and
+(with offload) a ``checkpoint_shape`` that is not a list of positive ints.
 """
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from refimpl.core.errors import InvalidArgument, Unimplemented
+from refimpl.core.errors import InvalidArgument
+
+from refimpl.incubate.optimizer.recompute_offload import check_checkpoint_shape
 
 from .meta_optimizer_base import WrappingMetaOptimizer
 
@@ -33,7 +36,8 @@ class RecomputeOptimizer(WrappingMetaOptimizer):
             recompute_configs = self.user_defined_strategy.recompute_configs
             wrapped._set_checkpoints([name for name in recompute_configs["checkpoints"]])
             if recompute_configs["enable_offload"]:
-                wrapped._enable_offload()  # raises Unimplemented (see the module docstring)
+                wrapped._enable_offload()
+                wrapped.checkpoint_shape = list(recompute_configs["checkpoint_shape"])
             self.wrapped_opt = wrapped
 
     def _can_apply(self) -> bool:
@@ -45,8 +49,7 @@ class RecomputeOptimizer(WrappingMetaOptimizer):
     def _check_configs(self, loss: Any) -> None:
         configs = self.user_defined_strategy.recompute_configs
         if configs["enable_offload"]:
-            raise Unimplemented("recompute_configs['enable_offload'] = True: checkpoint offload is not "
-                                "implemented by refimpl")
+            check_checkpoint_shape(configs["checkpoint_shape"])
         block = loss.block.program.global_block()
         missing = [n for n in configs["checkpoints"] if block._find_var_recursive(n) is None]
         if missing:
