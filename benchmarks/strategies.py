@@ -1,20 +1,27 @@
 """Benchmark: GPT-mini's training step under each fleet strategy, against plain data parallelism.
 
 For every strategy of ``examples/fleet_strategies.py`` (recompute, AMP fp16 / bf16, LAMB, LARS,
-DGC, LocalSGD, adaptive LocalSGD, FP16 allreduce, gradient merge), GPT-mini trains for a few
-steps on ``--ranks`` in-process ranks; printed per strategy: the step time (the slowest rank's
-mean over the steps after the first) and the peak bytes a rank held during a step
-(``exe.memory_stats()``, the largest rank) and the most bytes of activations it held at once,
-each also as a ratio to plain data parallelism
-(``RawProgramOptimizer`` alone) measured in the same run. A strategy refimpl cannot run prints
-``not available: <error>``. No time is asserted anywhere: the ratios are for reading.
+DGC, LocalSGD, adaptive LocalSGD, FP16 allreduce, gradient merge), GPT-mini is built twice on
+each of ``--ranks`` in-process ranks: with that strategy, and with plain data parallelism
+(``RawProgramOptimizer`` alone), the baseline. The two train side by side, their steps
+alternating (which goes first alternates too), so that a load on the machine that comes and
+goes hits both alike; the first ``WARMUP`` steps of each are not timed. A step's time is the
+slowest rank's; a program's time per step is the best (smallest) mean over ``WINDOW``
+consecutive timed steps -- a window as long as the period of gradient merge and LocalSGD
+(k = 2), so that each window holds one update step and one step without. Printed per strategy:
+that time and its ratio to the baseline's time from the same side-by-side run; the peak bytes a
+rank held during a step (``exe.memory_stats()``, the largest rank) and the most bytes of
+activations it held at once, with their ratios (memory does not vary between runs). The
+baseline row shows the best of its times over all the runs. A strategy refimpl cannot run
+prints ``not available: <error>``. No time is asserted anywhere: the ratios are for reading.
 
     python benchmarks/strategies.py             # 2 ranks, GPT-mini at batch 8 x seq 32, dim 64
-    python benchmarks/strategies.py --quick     # tiny sizes, 3 steps
+    python benchmarks/strategies.py --quick     # tiny sizes, fewer steps
 """
 import argparse
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -27,35 +34,83 @@ FULL = dict(vocab=64, seq=32, dim=64, heads=4, layers=2)
 QUICK = dict(vocab=32, seq=8, dim=16, heads=2, layers=2)
 
 
+WARMUP, WINDOW = 1, 2
+
+
+def side_by_side_rank(opts, batches, nranks):
+    """On this rank: the baseline and the strategy trained with alternating steps; per program
+    (baseline first) its step seconds, peak bytes, most activation bytes and applied meta-optimizers."""
+    import refimpl as paddle
+    rank = paddle.distributed.get_rank()
+    runs = []
+    for o in ({}, opts):
+        main, startup, loss, applied, _ = fs.build_program("gpt", o, True)
+        paddle.seed(fs.SEED)
+        scope, exe = paddle.static.Scope(), paddle.static.Executor()
+        exe.run(startup, scope=scope)
+        runs.append({"main": main, "loss": loss, "scope": scope, "exe": exe, "applied": applied,
+                     "times": [], "peak": 0, "acts": 0})
+    for i, batch in enumerate(batches):
+        feed = fs.rank_slice(batch, rank, nranks)
+        for run in (runs if i % 2 == 0 else runs[::-1]):
+            t0 = time.perf_counter()
+            run["exe"].run(run["main"], feed=feed, fetch_list=[run["loss"]], scope=run["scope"])
+            run["times"].append(time.perf_counter() - t0)
+            run["peak"], run["acts"] = (max(x, y) for x, y in zip((run["peak"], run["acts"]),
+                                                                  fs.memory_peaks(run["exe"])))
+    return [(r["times"], r["peak"], r["acts"], r["applied"]) for r in runs]
+
+
+def best_window(step_times):
+    """The smallest mean over ``WINDOW`` consecutive timed steps."""
+    timed = step_times[WARMUP:]
+    return min(float(np.mean(timed[i:i + WINDOW])) for i in range(len(timed) - WINDOW + 1))
+
+
 def measure(opts, nranks, steps, rows_per_rank):
-    """(mean step seconds of the slowest rank, peak bytes of the largest rank, its activations' most, applied)."""
+    """[baseline, strategy]: each (step seconds, peak bytes of the largest rank, its activations' most,
+    applied meta-optimizers), trained side by side."""
+    from refimpl.distributed.communication import run_in_process
     batches = fs.make_batches("gpt", nranks, steps, rows_per_rank)
-    results = fs.run_all_ranks("gpt", opts, batches, nranks)
-    return max(r[2] for r in results), max(r[1] for r in results), max(r[4] for r in results), results[0][3]
+    ranks = run_in_process(nranks, side_by_side_rank, opts, batches, nranks, timeout=600)
+    out = []
+    for j in range(2):
+        slowest = np.max([r[j][0] for r in ranks], axis=0)  # a step's time: the slowest rank's
+        out.append((best_window(list(slowest)), max(r[j][1] for r in ranks), max(r[j][2] for r in ranks),
+                    ranks[0][j][3]))
+    return out
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="tiny GPT-mini, 3 steps")
+    ap.add_argument("--quick", action="store_true", help="tiny GPT-mini, 5 steps")
     ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=None, help="steps per program (default 9; --quick: 5)")
     args = ap.parse_args(argv)
     fs.GPT.update(QUICK if args.quick else FULL)
-    steps, rows = (3, 2) if args.quick else (6, 8)
-    print(f"GPT-mini {fs.GPT}, {rows} rows per rank, {args.ranks} in-process ranks, {steps} steps; "
-          f"NumPy {np.__version__}, {os.cpu_count()} CPUs")
-    base_time, base_peak, base_acts, _ = measure({}, args.ranks, steps, rows)
-    print(f"{'data parallel':34s} step {base_time * 1e3:8.2f} ms  peak/rank {base_peak / 1024:9.1f} KiB  "
-          f"activations {base_acts / 1024:8.1f} KiB  (the baseline)")
+    steps, rows = (args.steps or (5 if args.quick else 9)), (2 if args.quick else 8)
+    if steps < WARMUP + WINDOW:
+        ap.error(f"--steps must be at least {WARMUP + WINDOW}, got {steps}")
+    print(f"GPT-mini {fs.GPT}, {rows} rows per rank, {args.ranks} in-process ranks, {steps} steps per program "
+          f"({WARMUP} untimed; best mean of {WINDOW} steps); NumPy {np.__version__}, {os.cpu_count()} CPUs")
+    t0 = time.perf_counter()
+    lines, base = [], None
     for opts in fs.ALL[1:]:
         name = fs.describe(opts)
         try:
-            t, peak, acts, applied = measure(opts, args.ranks, steps, rows)
+            b, (t, peak, acts, applied) = measure(opts, args.ranks, steps, rows)
         except Exception as exc:  # noqa: BLE001 - reported, the other strategies still run
-            print(f"{name:34s} {fs.not_available(exc)}")
+            lines.append(f"{name:34s} {fs.not_available(exc)}")
             continue
-        print(f"{name:34s} step {t * 1e3:8.2f} ms  ratio {t / base_time:5.2f}x  peak/rank {peak / 1024:9.1f} KiB  "
-              f"ratio {peak / base_peak:5.2f}x  activations {acts / 1024:8.1f} KiB  ratio "
-              f"{acts / max(base_acts, 1):5.2f}x  {applied}")
+        base = b if base is None or b[0] < base[0] else base
+        lines.append(f"{name:34s} step {t * 1e3:8.2f} ms  ratio {t / b[0]:5.2f}x  peak/rank {peak / 1024:9.1f} KiB  "
+                     f"ratio {peak / b[1]:5.2f}x  activations {acts / 1024:8.1f} KiB  ratio "
+                     f"{acts / max(b[2], 1):5.2f}x  {applied}")
+    if base is not None:
+        print(f"{'data parallel':34s} step {base[0] * 1e3:8.2f} ms  peak/rank {base[1] / 1024:9.1f} KiB  "
+              f"activations {base[2] / 1024:8.1f} KiB  (the baseline)")
+    print("\n".join(lines))
+    print(f"({time.perf_counter() - t0:.1f} s)")
     return 0
 
 

@@ -6,31 +6,50 @@
     python examples/fleet_strategies.py --compare-all --ranks 2          # every strategy, both models
 
 Every run trains the chosen model (same initial values, same global
-batches) once on one device with the plain inner optimizer, and once with
+batches) once on one device, and once with
 ``fleet.distributed_optimizer(inner, strategy)`` on N ranks, each rank on its
 slice of the batch (``--ranks N`` runs N in-process ranks; under ``mpiexec``
-each process is a rank). A row per strategy: the final loss and its
-difference from one device, the peak bytes a rank held during a step
-(``exe.memory_stats()``, the most over the ranks; also the most bytes of
-activations held at once, which recompute lowers), the mean step time, and
-the meta-optimizers fleet applied. A strategy refimpl cannot run here
-prints ``not available: <error>`` in its row instead of stopping the run.
+each process is a rank). The one-device run uses the optimizer fleet's
+meta-optimizer actually runs, with the hyper-parameters fleet gives it:
+``Lamb`` (the Adam's betas and epsilon, ``lamb_configs``' weight decay) for
+LAMB, ``LarsMomentumOptimizer`` (``lars_configs``) for LARS,
+``incubate.optimizer.GradientMergeOptimizer`` for gradient merge,
+``static.amp.decorate`` / ``decorate_bf16`` for AMP, plain Momentum
+otherwise. A row per strategy: the final loss and its difference from one
+device, the peak bytes a rank held during a step (``exe.memory_stats()``, the
+most over the ranks; also the most bytes of activations held at once, which
+recompute lowers), the median step time, the meta-optimizers fleet applied,
+and a note on what the diff means. A strategy refimpl cannot run prints
+``not available: <error>`` in its row instead of stopping the run.
 
 The inner optimizer is the one each strategy wants (Paddle's ``_can_apply``
 rules): Momentum, except Adam for LAMB; bf16 AMP decorates it with
 ``static.amp.bf16.decorate_bf16`` (fleet's ``amp`` switch is float16 only).
 Recompute checkpoints the output of every transformer block (GPT-mini) or
-conv stage (LeNet).
+conv stage (LeNet). Recompute with bf16 wraps a ``RecomputeOptimizer`` in
+``decorate_bf16`` and hands that to fleet without ``strategy.recompute``:
+a ``RecomputeOptimizer`` over a ``decorate_bf16`` optimizer (fleet's order)
+drops the bf16 rewrite -- Paddle 3.3.1 does the same (on three ``fc``
+layers with SGD: no ``cast`` that way, 17 the other way) -- while the
+other order keeps both.
 
-Reading the diff column: data parallelism, recompute and LocalSGD (which
-fleet, as Paddle 3.3.1, wraps in ``RawProgramOptimizer``, so the gradients
-are all-reduced every step as well) reproduce one device to float32
-rounding -- except on LeNet, whose batch norm normalizes each rank's own
-slice. LAMB, LARS, DGC, gradient merge, AMP and adaptive LocalSGD change the
-update itself, so they differ; FP16 allreduce through fleet inserts no
-collective (Paddle chains none under it), so its ranks train alone.
+Reading the diff column: data parallelism, recompute, LAMB, LARS, gradient
+merge and LocalSGD (which fleet, as Paddle 3.3.1, chains under
+``RawProgramOptimizer``, so the gradients are all-reduced every step and the
+parameter averages change nothing) reproduce one device to float32
+rounding (~1e-7). Not exact by design: bf16 / fp16 AMP on more than one rank
+(each rank rounds its own partial sums), DGC once a parameter is large
+enough to be sparsified (>= 16384 elements, Paddle's rule; GPT-mini's are
+not, so its DGC is momentum + allreduce), adaptive LocalSGD (no
+``RawProgramOptimizer`` under it: ranks train alone between averages),
+FP16 allreduce (through fleet it inserts no collective -- Paddle chains none
+under it -- so its ranks train alone), and every multi-rank LeNet row, whose
+batch norm normalizes each rank's own slice. On the NumPy backend float16
+AMP inserts no casts (as Paddle's CPU wheel): its row says so instead of
+measuring AMP; run with ``REFIMPL_BACKEND=cuda`` for the float16 program.
 """
 import argparse
+import collections
 import os
 import sys
 import time
@@ -90,7 +109,7 @@ MODELS = {"gpt": gpt_net, "lenet": lenet_net}
 def make_strategy(opts, checkpoints):
     """The DistributedStrategy the switches in ``opts`` ask for (a dict of the command-line flags)."""
     s = DistributedStrategy()
-    if opts.get("recompute"):
+    if opts.get("recompute") and not recompute_inside_bf16(opts):
         s.recompute = True
         s.recompute_configs = {"checkpoints": checkpoints}
     if opts.get("amp") == "fp16":
@@ -109,19 +128,62 @@ def make_strategy(opts, checkpoints):
     return s
 
 
-def inner_optimizer(opts):
-    """Momentum (Adam for LAMB); bf16 AMP wraps it with ``static.amp.bf16.decorate_bf16`` (fleet's
-    ``amp`` switch is float16 only, as in Paddle 3.3.1)."""
-    opt = paddle.optimizer.Adam(0.01) if opts.get("lamb") else paddle.optimizer.Momentum(0.05, 0.9)
+def momentum():
+    """The inner optimizer of every strategy but LAMB."""
+    return paddle.optimizer.Momentum(0.05, 0.9)
+
+
+ADAM = dict(learning_rate=0.01, beta1=0.9, beta2=0.999, epsilon=1e-8)  # paddle.optimizer.Adam's defaults
+
+
+def recompute_inside_bf16(opts):
+    """Recompute with bf16: the RecomputeOptimizer goes inside ``decorate_bf16`` (see the docstring)."""
+    return bool(opts.get("recompute")) and opts.get("amp") == "bf16"
+
+
+def inner_optimizer(opts, checkpoints):
+    """The optimizer handed to fleet: Momentum (Adam for LAMB); bf16 AMP wraps it with
+    ``static.amp.bf16.decorate_bf16`` (fleet's ``amp`` switch is float16 only, as in Paddle 3.3.1)."""
+    opt = paddle.optimizer.Adam(**ADAM) if opts.get("lamb") else momentum()
+    if recompute_inside_bf16(opts):
+        opt = paddle.incubate.optimizer.RecomputeOptimizer(opt)
+        opt._set_checkpoints(checkpoints)
     if opts.get("amp") == "bf16":
         opt = paddle.static.amp.bf16.decorate_bf16(opt)
     return opt
 
 
-def run_rank(model, opts, batches, nranks, distributed):
-    """Train on this rank; return (losses, peak bytes, mean step seconds, applied meta-optimizers,
-    the most bytes of activations held at once)."""
-    rank = paddle.distributed.get_rank() if distributed else 0
+def one_device_optimizer(opts):
+    """The optimizer fleet's meta-optimizers run for ``opts``, built directly with fleet's
+    hyper-parameters (``refimpl/distributed/fleet/meta_optimizers/{lamb,lars,amp,gradient_merge}_optimizer.py``):
+    LAMB / LARS replace the inner optimizer, AMP decorates that, gradient merge wraps the result.
+    Recompute, DGC (no parameter is large enough here), LocalSGD and FP16 allreduce run plain Momentum."""
+    strategy = make_strategy(opts, [])
+    if opts.get("lamb"):
+        c = strategy.lamb_configs
+        opt = paddle.optimizer.Lamb(ADAM["learning_rate"], lamb_weight_decay=c["lamb_weight_decay"],
+                                    beta1=ADAM["beta1"], beta2=ADAM["beta2"], epsilon=ADAM["epsilon"])
+    elif opts.get("lars"):
+        c = strategy.lars_configs
+        opt = paddle.incubate.optimizer.LarsMomentumOptimizer(
+            0.05, 0.9, lars_coeff=c["lars_coeff"], lars_weight_decay=c["lars_weight_decay"],
+            exclude_from_weight_decay=c["exclude_from_weight_decay"], epsilon=c["epsilon"])
+    else:
+        opt = momentum()
+    if opts.get("amp") == "fp16":
+        c = strategy.amp_configs
+        opt = paddle.static.amp.decorate(opt, init_loss_scaling=c["init_loss_scaling"],
+                                         use_dynamic_loss_scaling=c["use_dynamic_loss_scaling"])
+    elif opts.get("amp") == "bf16":
+        opt = paddle.static.amp.bf16.decorate_bf16(opt)
+    if opts.get("gradient_merge"):
+        opt = paddle.incubate.optimizer.GradientMergeOptimizer(opt, k_steps=opts["gradient_merge"], avg=True)
+    return opt
+
+
+def build_program(model, opts, distributed):
+    """(main, startup, loss, applied meta-optimizers, the main program's facts: {"ops": {op type: count},
+    "dtypes": the variables' dtype names}) of ``model`` under fleet (``distributed``) or on one device."""
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
         loss, _, checkpoints = MODELS[model]()
@@ -129,27 +191,46 @@ def run_rank(model, opts, batches, nranks, distributed):
         if distributed:
             f = Fleet()
             f.init(role_maker=MPIRoleMaker(is_collective=True), strategy=make_strategy(opts, checkpoints))
-            opt = f.distributed_optimizer(inner_optimizer(opts))
+            opt = f.distributed_optimizer(inner_optimizer(opts, checkpoints))
             opt.minimize(loss)
             applied = f._get_applied_meta_list()
         else:
-            inner_optimizer(opts).minimize(loss)
+            one_device_optimizer(opts).minimize(loss)
+    block = main.global_block()
+    facts = {"ops": dict(collections.Counter(op.type for op in block.ops)),
+             "dtypes": sorted({str(v.dtype) for v in block.vars.values()})}
+    return main, startup, loss, applied, facts
+
+
+def rank_slice(batch, rank, nranks):
+    """This rank's rows of a global batch."""
+    rows = len(next(iter(batch.values()))) // nranks
+    return {k: v[rank * rows:(rank + 1) * rows] for k, v in batch.items()}
+
+
+def memory_peaks(exe):
+    """(peak bytes, the most bytes of activations held at once) of the executor's last run."""
+    stats = exe.memory_stats()
+    return int(stats["peak_bytes"]), int((stats.get("max_by_category") or {}).get("activations") or 0)
+
+
+def run_rank(model, opts, batches, nranks, distributed):
+    """Train on this rank; return (losses, peak bytes, median step seconds after the first, applied
+    meta-optimizers, the most bytes of activations held at once, the main program's facts)."""
+    rank = paddle.distributed.get_rank() if distributed else 0
+    main, startup, loss, applied, facts = build_program(model, opts, distributed)
     paddle.seed(SEED)
     scope = paddle.static.Scope()
     exe = paddle.static.Executor()
     exe.run(startup, scope=scope)
-    rows = len(next(iter(batches[0].values()))) // nranks
     losses, peak, acts, times = [], 0, 0, []
     for b in batches:
-        feed = {k: v[rank * rows:(rank + 1) * rows] for k, v in b.items()}
         t0 = time.perf_counter()
-        out = exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
+        out = exe.run(main, feed=rank_slice(b, rank, nranks), fetch_list=[loss], scope=scope)
         times.append(time.perf_counter() - t0)
         losses.append(float(np.mean(out[0])))
-        stats = exe.memory_stats()
-        peak = max(peak, int(stats["peak_bytes"]))
-        acts = max(acts, int((stats.get("max_by_category") or {}).get("activations") or 0))
-    return losses, peak, float(np.mean(times[1:] if len(times) > 1 else times)), applied, acts
+        peak, acts = (max(x, y) for x, y in zip((peak, acts), memory_peaks(exe)))
+    return losses, peak, float(np.median(times[1:] if len(times) > 1 else times)), applied, acts, facts
 
 
 def run_all_ranks(model, opts, batches, nranks):
@@ -157,11 +238,11 @@ def run_all_ranks(model, opts, batches, nranks):
     import refimpl.distributed as dist
     if under_mpi():
         n, r = dist.get_world_size(), dist.get_rank()
-        losses, peak, step_time, applied, acts = run_rank(model, opts, batches, n, True)
+        losses, peak, step_time, applied, acts, facts = run_rank(model, opts, batches, n, True)
         table = np.zeros((n, len(losses) + 3))
         table[r] = [*losses, peak, step_time, acts]
         dist.all_reduce(table)
-        return [(list(row[:-3]), int(row[-3]), float(row[-2]), applied, int(row[-1])) for row in table]
+        return [(list(row[:-3]), int(row[-3]), float(row[-2]), applied, int(row[-1]), facts) for row in table]
     if nranks <= 1:
         return [run_rank(model, opts, batches, 1, True)]
     from refimpl.distributed.communication import run_in_process
@@ -191,7 +272,7 @@ def compare(model, opts, nranks, steps, out):
         nranks = dist.get_world_size()
         out = out if dist.get_rank() == 0 else open(os.devnull, "w")
     batches = make_batches(model, nranks, steps)
-    base_losses, base_peak, base_time, _, base_acts = run_rank(model, opts, batches, 1, False)
+    base_losses, base_peak, base_time, _, base_acts, _ = run_rank(model, opts, batches, 1, False)
     name = describe(opts)
     try:
         results = run_all_ranks(model, opts, batches, nranks)
@@ -205,8 +286,32 @@ def compare(model, opts, nranks, steps, out):
           f"diff {final - base_losses[-1]:+.2e})  peak {peak / 1024:8.1f} KiB ({peak / max(base_peak, 1):4.2f}x, "
           f"activations {acts / 1024:.1f} KiB vs {base_acts / 1024:.1f})  "
           f"step {step_time * 1e3:7.2f} ms ({step_time / max(base_time, 1e-9):4.2f}x)  "
-          f"applied {results[0][3]}", file=out, flush=True)
+          f"applied {results[0][3]}  [{note(model, opts, nranks, results[0][5])}]", file=out, flush=True)
     return True
+
+
+def note(model, opts, nranks, facts):
+    """What the diff column means for this row (see the docstring's last paragraph)."""
+    notes, op_counts = [], facts["ops"]
+    if recompute_inside_bf16(opts):
+        notes.append("recompute: a RecomputeOptimizer inside decorate_bf16, not fleet's")
+    if opts.get("amp") == "fp16" and "float16" not in facts["dtypes"]:
+        notes.append("float16 casts: none on the host backend; run with REFIMPL_BACKEND=cuda")
+    elif opts.get("amp") and nranks > 1:
+        notes.append(f"{'b' if opts['amp'] == 'bf16' else ''}float16 rounding of each rank's partial sums: "
+                     "not exact by design")
+    if opts.get("dgc"):
+        notes.append("DGC sparsifies gradients: not exact by design" if op_counts.get("dgc") else
+                     "no parameter reaches DGC's 16384 elements: momentum + allreduce")
+    if opts.get("adaptive_localsgd"):
+        notes.append("ranks train alone between parameter averages: not exact by design")
+    if opts.get("fp16_allreduce"):
+        notes.append("float16 rounding of the all-reduced gradients: not exact by design"
+                     if any(op_counts.get(t) for t in ("c_allreduce_sum", "all_reduce")) else
+                     "fleet inserts no collective under it (as Paddle 3.3.1): ranks train alone")
+    if model == "lenet" and nranks > 1:
+        notes.append("batch norm normalizes each rank's slice: not exact by design")
+    return "; ".join(notes) or "exact: float32 rounding"
 
 
 def not_available(exc):

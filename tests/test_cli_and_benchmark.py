@@ -49,3 +49,8 @@ def test_strategies_benchmark_runs_and_prints_ratios():
     assert re.search(r"data parallel +step +[0-9.]+ ms .*\(the baseline\)", out)
     assert re.search(r"localsgd +step +[0-9.]+ ms +ratio +[0-9.]+x +peak/rank +[0-9.]+ KiB +ratio", out)
     assert all(re.search(rf"^{re.escape(name)} ", out, re.M) for name in ("recompute", "lamb", "fp16_allreduce"))
+    # every strategy row: a time with its ratio to the baseline run side by side with it, or 'not available'
+    names = ["recompute", r"amp=fp16", r"amp=bf16", r"recompute\+amp=bf16", "lamb", "lars", "dgc", "localsgd",
+             "adaptive_localsgd", "fp16_allreduce", "gradient_merge=2"]
+    assert all(re.search(rf"^{n} +(step +[0-9.]+ ms +ratio +[0-9.]+x |not available)", out, re.M) for n in names), out
+    assert "best mean of 2 steps" in out
