@@ -54,8 +54,8 @@ from refimpl.tensor.manipulation import concat
 from .amp_nn import check_finite_and_unscale, update_loss_scaling
 from .fp16_lists import AutoMixedPrecisionLists, check_amp_dtype, od_lists
 from .fp16_utils import cast_model_to_fp16, cast_parameters_to_fp16, update_role_var_grad
-from .wrapper_common import (check_amp_lists, check_optimizer, float32_loss, innermost_optimizer,
-                             learning_rate_to_var, warn_own_minimize)
+from .wrapper_common import (DecoratedSteps, check_amp_lists, check_optimizer, float32_loss, innermost_optimizer,
+                             learning_rate_to_var)
 
 __all__ = ["OptimizerWithMixedPrecision", "decorate"]
 
@@ -142,7 +142,7 @@ def _persistable(prefix: str, value: Any, dtype: str) -> Any:
                              persistable=True)
 
 
-class OptimizerWithMixedPrecision:
+class OptimizerWithMixedPrecision(DecoratedSteps):
     """An optimizer plus AMP: casts in the program, loss scaling, overflow-skipping updates."""
 
     def __init__(self, optimizer: Any, amp_lists: Any, level: str, dtype: str, init_loss_scaling: float,
@@ -300,18 +300,6 @@ class OptimizerWithMixedPrecision:
         with self._train_program._optimized_guard([]):
             for i, (group, name) in enumerate(parts):  # the second (float16) one only counts no steps
                 update_loss_scaling(group, *args, stop_update=i > 0, name=name)
-
-    def apply_optimize(self, loss: Any, startup_program: Any, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
-        with program_guard(loss.block.program, startup_program):
-            return self.apply_gradients(params_grads)
-
-    def minimize(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
-                 no_grad_set: Any = None) -> Tuple[List[Any], List[Tuple[Any, Any]]]:
-        """backward + apply_optimize; returns (optimize ops, scaled (param, grad) pairs)."""
-        warn_own_minimize(self._optimizer)
-        scaled = self.backward(loss, startup_program=startup_program, parameter_list=parameter_list,
-                               no_grad_set=no_grad_set)
-        return self.apply_optimize(loss, startup_program, scaled), scaled
 
 
 def _decorate_fp16_only(optimizer: Any, amp_lists: Any = None, init_loss_scaling: float = 2.0 ** 15,

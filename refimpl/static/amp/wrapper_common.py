@@ -58,3 +58,31 @@ def warn_own_minimize(optimizer: Any) -> None:
 def float32_loss(loss: Any) -> Any:
     """The loss the backward starts from is float32."""
     return loss if loss.dtype == "float32" else loss.astype("float32")
+
+
+class DecoratedSteps:
+    """``apply_optimize`` and ``minimize`` of both AMP wrappers (float16 and bfloat16): the wrapper's own
+    ``backward`` and ``apply_gradients`` run in the loss's program, as Paddle's decorators run them."""
+
+    _optimizer: Any
+
+    def backward(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
+                 no_grad_set: Any = None, callbacks: Any = None) -> Any:
+        raise NotImplementedError
+
+    def apply_gradients(self, params_grads: Any) -> Any:
+        raise NotImplementedError
+
+    def apply_optimize(self, loss: Any, startup_program: Any, params_grads: Any) -> Any:
+        from refimpl.framework.program import program_guard
+        with program_guard(loss.block.program, startup_program):
+            return self.apply_gradients(params_grads)
+
+    def minimize(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
+                 no_grad_set: Any = None) -> Any:
+        """backward + apply_optimize; returns (optimize ops, (param, grad) pairs)."""
+        warn_own_minimize(self._optimizer)
+        params_grads = self.backward(loss, startup_program=startup_program, parameter_list=parameter_list,
+                                     no_grad_set=no_grad_set)
+        return self.apply_optimize(loss, startup_program, params_grads), params_grads
+

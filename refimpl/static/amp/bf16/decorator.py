@@ -19,14 +19,14 @@ from typing import Any, List, Optional, Sequence, Set, Tuple
 from refimpl.core.errors import PreconditionNotMet
 from refimpl.framework.program import program_guard
 
-from ..wrapper_common import check_amp_lists, check_optimizer, float32_loss, learning_rate_to_var, warn_own_minimize
+from ..wrapper_common import DecoratedSteps, check_amp_lists, check_optimizer, float32_loss, learning_rate_to_var
 from .amp_lists import AutoMixedPrecisionListsBF16
 from .amp_utils import cast_model_to_bf16, cast_parameters_to_bf16, rewrite_program_bf16
 
 __all__ = ["OptimizerWithMixedPrecision", "decorate_bf16"]
 
 
-class OptimizerWithMixedPrecision:
+class OptimizerWithMixedPrecision(DecoratedSteps):
     """An optimizer plus bfloat16 casts in the program (Paddle's bf16 wrapper of the same name)."""
 
     def __init__(self, optimizer: Any, amp_lists: AutoMixedPrecisionListsBF16, use_pure_bf16: bool,
@@ -79,18 +79,6 @@ class OptimizerWithMixedPrecision:
 
     def apply_gradients(self, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
         return self._optimizer.apply_gradients(params_grads)
-
-    def apply_optimize(self, loss: Any, startup_program: Any, params_grads: Sequence[Tuple[Any, Any]]) -> List[Any]:
-        with program_guard(loss.block.program, startup_program):
-            return self.apply_gradients(params_grads)
-
-    def minimize(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
-                 no_grad_set: Any = None) -> Tuple[List[Any], List[Tuple[Any, Any]]]:
-        """backward + apply_optimize; returns (optimize ops, (param, grad) pairs)."""
-        warn_own_minimize(self._optimizer)
-        params_grads = self.backward(loss, startup_program=startup_program, parameter_list=parameter_list,
-                                     no_grad_set=no_grad_set)
-        return self.apply_optimize(loss, startup_program, params_grads), params_grads
 
 
 def decorate_bf16(optimizer: Any, amp_lists: Optional[AutoMixedPrecisionListsBF16] = None,
