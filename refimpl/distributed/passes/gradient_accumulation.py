@@ -24,6 +24,7 @@ from refimpl.core.errors import InvalidArgument
 from refimpl.core.gc_pause import paused_cyclic_gc
 from refimpl.framework.block import last_writers
 from refimpl.framework.op_role import OP_ROLE_ATTR, OP_ROLE_VAR_ATTR, OpRole
+from refimpl.ops.registry import GRAD_SUFFIX
 
 if TYPE_CHECKING:
     from refimpl.framework.block import Block
@@ -70,6 +71,7 @@ def accumulate_gradients(main: Program, startup: Program, k_steps: int, avg: boo
     pairs = params_grads or params_grads_of(main)
     if not pairs:
         raise InvalidArgument("gradient accumulation: the program has no optimizer ops with op_role_var")
+    _grad_casts_to_backward(block, {g for _, g in pairs})
     writers = last_writers(block.ops, {g for _, g in pairs}, skip=lambda op: bool(op.role() & OpRole.Optimize))
     merged, adds = [], {}
     for p_name, g_name in pairs:
@@ -100,11 +102,26 @@ def accumulate_gradients(main: Program, startup: Program, k_steps: int, avg: boo
     return [(p, m) for p, _, m in merged]
 
 
+def _grad_casts_to_backward(block, grads):
+    """Optimizer-role ``cast`` ops that make one of ``grads`` from another gradient become Backward ops.
+
+    AMP's ``update_role_var_grad`` gives the float32 cast of a float16
+    gradient role Optimize; accumulation needs it once per micro-batch.
+    """
+    for op in block.ops:
+        if op.type == "cast" and op.role() & OpRole.Optimize and op.output("Out")[0] in grads \
+                and GRAD_SUFFIX in op.input("X")[0]:
+            op._set_attr(OP_ROLE_ATTR, int(OpRole.Backward))
+
+
 def _read_merge_buffers(ops, merge_of):
-    """Optimizer ops read each gradient's merge buffer instead of the gradient (``op_role_var`` too)."""
+    """Optimizer ops read each gradient's merge buffer instead of the gradient (``op_role_var`` too);
+    those that update a gradient in place (AMP's unscale) write the buffer."""
     for op in ops:
         if not op.role() & OpRole.Optimize:
             continue
+        for g_name in dict.fromkeys(n for n in op.output_arg_names if n in merge_of):
+            op._rename_output(g_name, merge_of[g_name])
         for g_name in dict.fromkeys(n for n in op.input_arg_names if n in merge_of):
             merge_name = merge_of[g_name]
             op._rename_input(g_name, merge_name)

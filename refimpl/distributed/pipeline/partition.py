@@ -5,10 +5,14 @@ scheduling (legacy ``PipelineOptimizer`` / auto-parallel ``pipeline_pass``):
 forward ops are cut into ``pp_degree * vpp_degree`` virtual stages (by
 ``op_device`` annotations such as ``device_guard("stage:1")``, or by explicit
 forward-op indices, e.g. the evenly spaced ones of :func:`even_cuts`);
+``device_guard("gpu:all")`` forward ops run on every stage, as Paddle's
+legacy pipeline copies them into every section program;
 virtual stage ``v`` runs on rank ``v % pp_degree`` as its chunk
 ``v // pp_degree``. Every other op follows the forward op it belongs to (a
 gradient op goes where the forward var of its output gradient was made, an
-optimizer op where its parameter is used, learning-rate ops everywhere). A
+optimizer op where its parameter is used, learning-rate ops everywhere).
+AMP's loss-scaling ops run on every stage, each copy on that stage's
+gradients, with the found-inf flag all-reduced across stages (``amp.py``). A
 non-persistable variable made on one virtual stage and read on another
 travels through a ``send_v2`` / ``recv_v2`` pair placed at its reader
 (``transfer.py`` says in which pass); a persistable one that a stage updates
@@ -32,6 +36,7 @@ from refimpl.framework.program import Program
 from refimpl.framework.variable import Parameter, Variable
 from refimpl.ops.registry import GRAD_SUFFIX
 
+from .amp import AMP, AMP_RING, is_amp_op, stage_copy
 from .transfer import SUBPROG, Router, Spec, transfer_ring  # noqa: F401  (transfer_ring: re-exported)
 
 LR = "lr"  # stage marker for ops every stage runs
@@ -60,10 +65,16 @@ def _device_stage(op):
     return int(m.group(1)) if m else None
 
 
+def _on_every_stage(op):
+    """``device_guard("gpu:all")``: Paddle's legacy pipeline copies the op into every section program."""
+    dev = op.attr("op_device") if op.has_attr("op_device") else ""
+    return bool(re.match(r"^(?:stage|gpu|cpu):all$", dev or ""))
+
+
 def assign_stages(program: Program, num_virtual: int, cuts: Optional[Sequence[int]] = None) -> List[Any]:
     """[virtual stage or LR] for every op of the global block."""
     ops = program.global_block().ops
-    fwd = [i for i, op in enumerate(ops) if _is_forward(op)]
+    fwd = [i for i, op in enumerate(ops) if _is_forward(op) and not _on_every_stage(op)]
     stage_of = {}
     if cuts is not None:
         if len(cuts) != num_virtual - 1 or list(cuts) != sorted(cuts):
@@ -87,8 +98,10 @@ def assign_stages(program: Program, num_virtual: int, cuts: Optional[Sequence[in
     for i, op in enumerate(ops):
         if i in stage_of:
             out.append(stage_of[i])
-        elif op.role() & OpRole.LRSched:
+        elif op.role() & OpRole.LRSched or (_is_forward(op) and _on_every_stage(op)):
             out.append(LR)
+        elif is_amp_op(op):
+            out.append(AMP)
         else:
             out.append(_follow(op, home, i))
     return out
@@ -136,11 +149,24 @@ def partition(program: Program, pp_degree: int, vpp_degree: int = 1, cuts: Optio
     stages = assign_stages(program, nv, cuts)
     block = program.global_block()
     ops = list(block.ops)
+    if AMP in stages and vpp_degree > 1:
+        raise Unimplemented(f"partition: AMP loss scaling with {vpp_degree} chunks per stage (one loss "
+                            f"scaling update per rank is needed)")
+    home = _var_homes(program, {i: s for i, s in enumerate(stages) if isinstance(s, int)})
+    amp_made: Dict[int, set] = {v: set() for v in range(nv)}
     _check_shared_params(block, ops, stages)
     _check_persistables(block, ops, stages, nv)
     per_stage: Dict[int, list] = {v: [] for v in range(nv)}  # items: ("op", Operator) or ("spec", Spec)
     router = Router(block, per_stage, owner, ring_offset)
     for i, op in enumerate(ops):
+        if stages[i] == AMP:
+            for v in range(nv):
+                owns = (lambda n, v=v: home.get(_fwd_name(n)) == v)
+                for sp in stage_copy(op, owns, amp_made[v], ring_offset + AMP_RING, nv, block):
+                    for n in [x for ns in sp.inputs.values() for x in ns]:
+                        router.read(op, v, n)
+                    per_stage[v].append(("spec", sp))
+            continue
         for v in (range(nv) if stages[i] == LR else [stages[i]]):
             for n in op.input_arg_names:
                 router.read(op, v, n)
@@ -175,7 +201,7 @@ def _check_persistables(block: Any, ops: List[Any], stages: List[Any], nv: int) 
     """
     writers: Dict[str, Dict[int, Any]] = {}
     for i, op in enumerate(ops):
-        if stages[i] == LR:
+        if stages[i] in (LR, AMP):  # AMP's copies: each stage updates its own gradients, the same scaling
             continue
         for n in op.output_arg_names:
             v = block._find_var_recursive(n)
@@ -188,6 +214,8 @@ def _check_persistables(block: Any, ops: List[Any], stages: List[Any], nv: int) 
                                 f"(op {i0}, {op0.type!r}) and {s1} (op {i1}, {op1.type!r}); each stage would "
                                 f"update its own copy")
     for i, op in enumerate(ops):
+        if stages[i] == AMP:  # each stage's copy reads only its own gradients
+            continue
         for n in op.input_arg_names:
             if n not in writers:
                 continue
@@ -213,6 +241,12 @@ def _build(src_block, items, src_blocks=None):
             b._append_desc_op(sp.type, {k: list(v) for k, v in sp.inputs.items()},
                               {k: list(v) for k, v in sp.outputs.items()}, dict(sp.attrs))
     return prog
+
+
+def join_programs(programs: Sequence[Program]) -> Program:
+    """One new Program holding the ops of ``programs``, in order (each var copied from the first that has it)."""
+    return _build(programs[0].global_block(), [("op", op) for p in programs for op in p.global_block().ops],
+                  src_blocks=[p.global_block() for p in programs])
 
 
 def _block_with(blocks, name):

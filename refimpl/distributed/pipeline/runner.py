@@ -98,7 +98,7 @@ def build_pipeline(main: Program, startup: Program, loss: Union[Variable, str], 
     check_job_lists(lists, pp_degree, vpp_degree, num_micro_batches)
     simulate(lists, pp_degree, vpp_degree, stage_map=stage_map_for(schedule), ignore_markers=True)
     rings = sorted({op.attr("ring_id") for rank in chunks for prog in rank
-                    for op in prog.global_block().ops if op.type in ("send_v2", "recv_v2")})
+                    for op in prog.global_block().ops if op.type in ("send_v2", "recv_v2", "c_allreduce_max")})
     loss_name = loss if isinstance(loss, str) else loss.name
     return Pipeline(plans, startup, loss_name, schedule, pp_degree, num_micro_batches, rings)
 

@@ -16,9 +16,10 @@ runs. With ``pipeline_configs["micro_batch_size"]`` given, a fed batch must
 have ``micro_batch_size x accumulate_steps`` rows (Paddle sizes its receive
 buffers from it; refimpl raises InvalidArgument before any job runs, where
 it would otherwise split the batch into micro-batches of another size).
-Difference: Paddle's legacy pipeline program (its section programs,
-``send_v2`` / ``recv_v2`` and ring layout) is not reproduced: refimpl runs
-its own Plan with the same numbers.
+Difference: Paddle's legacy pipeline program (its section programs and
+ring layout) is not reproduced: refimpl runs its own Plan with the same
+numbers. ``program._pipeline_opt`` reads like Paddle's dict for the keys
+refimpl can fill (see :class:`PipelineRun`).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from refimpl.core.errors import InvalidArgument
 from refimpl.distributed.communication import context
-from refimpl.distributed.pipeline.partition import even_cuts
+from refimpl.distributed.pipeline.partition import even_cuts, join_programs
 from refimpl.distributed.pipeline.runner import build_pipeline
 from refimpl.executor.plan_executor import PlanExecutor
 
@@ -116,7 +117,7 @@ def apply_pipeline(main: Program, startup: Program, loss: Variable, configs: Dic
                 ctx.add_group(ring, ranks)
     _extend_startup(startup, pipeline.startup)
     mbs = configs.get("micro_batch_size")
-    main._pipeline_opt = PipelineRun(pipeline, stage, None if mbs is None else int(mbs))
+    main._pipeline_opt = PipelineRun(pipeline, stage, None if mbs is None else int(mbs), schedule)
     return pipeline
 
 
@@ -140,13 +141,54 @@ def _extend_startup(startup, extended):
 
 
 class PipelineRun:
-    """``Executor.run`` of a pipelined program: this rank's Plan over micro-batch scopes."""
+    """``Executor.run`` of a pipelined program: this rank's Plan over micro-batch scopes.
 
-    def __init__(self, pipeline: Pipeline, stage: int, micro_batch_size: Optional[int] = None) -> None:
+    Also read-only mapping of the keys of Paddle's ``_pipeline_opt`` dict
+    (legacy ``python/paddle/incubate/optimizer/pipeline.py``) that refimpl
+    can fill: ``pipeline_stage``, ``num_pipeline_stages``, ``schedule_mode``,
+    ``num_microbatches``, ``inner_parallelism`` and ``section_program``,
+    this rank's stage as one program: the job programs of one micro-batch in
+    the order the job list first runs them (forward, backward, optimizer),
+    with their ``send_v2`` / ``recv_v2``. Paddle's trainer, device-worker,
+    place and CPU-core keys have no counterpart and are absent.
+    """
+
+    KEYS = ("pipeline_stage", "num_pipeline_stages", "schedule_mode", "num_microbatches", "inner_parallelism",
+            "section_program")
+
+    def __init__(self, pipeline: Pipeline, stage: int, micro_batch_size: Optional[int] = None,
+                 schedule_mode: str = "1F1B") -> None:
         self.pipeline, self.stage = pipeline, stage
         self.micro_batch_size = micro_batch_size
+        self.schedule_mode = schedule_mode
         self.plan = pipeline.plans[stage]
         self.executor: Optional[PlanExecutor] = None
+        self._section: Optional[Program] = None
+
+    def keys(self) -> List[str]:
+        return list(self.KEYS)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.KEYS
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.KEYS:
+            raise KeyError(key)
+        if key == "section_program":
+            return self.section_program()
+        pp = self.pipeline.pp_degree
+        return {"pipeline_stage": self.stage, "num_pipeline_stages": pp, "inner_parallelism": pp,
+                "schedule_mode": self.schedule_mode, "num_microbatches": self.pipeline.num_micro_batches}[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self.KEYS else default
+
+    def section_program(self) -> Program:
+        """This rank's job programs, each job type once, in the order of their first job."""
+        if self._section is None:
+            order = list(dict.fromkeys(j.type() for j in self.plan.job_list()))
+            self._section = join_programs([self.plan.program(t) for t in order])
+        return self._section
 
     def has_var(self, name: str) -> bool:
         return any(name in self.plan.program(t).global_block().vars for t in self.plan.job_types())
