@@ -18,7 +18,7 @@ checkpoints has built the recompute program, every checkpoint but the last (in t
   checkpoint are renamed to ``@Fetch``.
 
 Paddle's sync points (single-stream memcpy) insert no ops; like Paddle, they are still checked,
-so the same programs are refused. Paddle's ``assert``s become :class:`OffloadError` (an
+so the same programs are refused. Paddle's ``assert`` statements become :class:`OffloadError` (an
 InvalidArgument that is also the AssertionError), its ValueErrors :class:`OffloadOrderError`.
 
 In refimpl the pinned copy lives on the host on both backends (the ``memcpy`` kernels of
