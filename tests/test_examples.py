@@ -258,3 +258,21 @@ def test_fleet_strategies_command_line_rows():
     out = _run(os.path.join(EXAMPLES, "fleet_strategies.py"), "--model", "lenet", "--recompute", "--amp", "bf16",
                "--steps", "2")
     assert re.search(r"lenet +recompute\+amp=bf16 +final loss .*diff [-+]0\.00e\+00\)", out), out
+
+
+def test_fleet_strategies_under_mpiexec_match_one_device():
+    """The README's ``mpiexec -n 2 ... --amp fp16 --lamb``: two MPI ranks give the one-device LAMB run."""
+    pytest.importorskip("mpi4py")
+    import shutil
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    exe = here if os.path.exists(here) else shutil.which("mpiexec")
+    if exe is None:
+        pytest.fail("mpi4py is installed but mpiexec is not on PATH (pip install mpich)")
+    p = subprocess.run([exe, "-n", "2", sys.executable, os.path.join(EXAMPLES, "fleet_strategies.py"), "--amp", "fp16",
+                        "--lamb", "--steps", "2"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env=dict(os.environ, MPLBACKEND="Agg"))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    row = re.search(r"amp=fp16\+lamb +final loss .*diff ([-+0-9.e]+)\).*applied \[([^\]]*)\]", p.stdout)
+    assert row, p.stdout
+    assert abs(float(row.group(1))) < 1e-5
+    assert "'AMPOptimizer'" in row.group(2) and "'LambOptimizer'" in row.group(2)
