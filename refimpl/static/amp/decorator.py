@@ -171,14 +171,6 @@ class OptimizerWithMixedPrecision(DecoratedSteps):
         self._scaled_loss: Any = None
         self._to_fp16_var_names: Any = None
 
-    @property
-    def _learning_rate(self) -> Any:
-        return self._optimizer._learning_rate
-
-    @property
-    def _learning_rate_map(self) -> Any:
-        return self._optimizer._learning_rate_map
-
     def _set_distributed(self, flag: bool) -> None:
         """With data parallelism, one ``check_finite_and_unscale`` per gradient (to overlap the allreduce)."""
         self._is_distributed = flag

@@ -61,10 +61,19 @@ def float32_loss(loss: Any) -> Any:
 
 
 class DecoratedSteps:
-    """``apply_optimize`` and ``minimize`` of both AMP wrappers (float16 and bfloat16): the wrapper's own
-    ``backward`` and ``apply_gradients`` run in the loss's program, as Paddle's decorators run them."""
+    """What both AMP wrappers (float16 and bfloat16) share: the inner optimizer's learning rate, read
+    through; ``apply_optimize`` and ``minimize``, which run the wrapper's own ``backward`` and
+    ``apply_gradients`` in the loss's program, as Paddle's decorators run them."""
 
     _optimizer: Any
+
+    @property
+    def _learning_rate(self) -> Any:  # the inner optimizer's, read through (fleet's meta-optimizers read it)
+        return self._optimizer._learning_rate
+
+    @property
+    def _learning_rate_map(self) -> Any:
+        return self._optimizer._learning_rate_map
 
     def backward(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
                  no_grad_set: Any = None, callbacks: Any = None) -> Any:

@@ -41,14 +41,6 @@ class OptimizerWithMixedPrecision(DecoratedSteps):
         self._train_program: Any = None  # set by backward()
         self._to_bf16_var_names: Optional[Set[str]] = None  # pure bf16: what amp_init converts
 
-    @property
-    def _learning_rate(self) -> Any:
-        return self._optimizer._learning_rate
-
-    @property
-    def _learning_rate_map(self) -> Any:
-        return self._optimizer._learning_rate_map
-
     def _cast_program(self, program: Any, startup_program: Any = None) -> Optional[Set[str]]:
         """Pure bf16: every var bf16 but around float32-only ops; O1: casts around the bf16-list ops."""
         if not self._use_pure_bf16:
