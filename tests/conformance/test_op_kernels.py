@@ -18,6 +18,7 @@ from test_op_kernels_extra import CASES as EXTRA_CASES
 from test_op_kernels_amp import CASES as AMP_CASES
 from test_op_kernels_lars_lamb import CASES as LARS_LAMB_CASES
 from test_op_kernels_dgc import CASES as DGC_CASES
+from test_op_kernels_model_parallel import CASES as MP_CASES
 
 # the edge-value cases (inf, nan, 0, overflow) make both kernels warn, on purpose
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -285,7 +286,7 @@ def test_every_cuda_kernel_has_cases():
     """A new cuda kernel needs a case here or in a test_op_kernels_*.py (or to be communication / I/O)."""
     covered = {c[0] for c in CASES + TRAIN_CASES + CONV_CASES + NORM_CASES + INDEX_CASES + REDUCE_CASES
                + PAD_CASES + TENSOR_CASES + CONV_T_CASES + GROUP_NORM_CASES + EXTRA_CASES
-               + AMP_CASES + LARS_LAMB_CASES + DGC_CASES}
+               + AMP_CASES + LARS_LAMB_CASES + DGC_CASES + MP_CASES}
     assert [t for t in cuda_ops_to_cover() if t not in covered] == []
 
 

@@ -67,6 +67,20 @@ class RankContext:
             self.comms[ring_id] = comm
         return comm
 
+    def bind_ring(self, ring_id: int, group_ring_id: int) -> None:
+        """Make ``ring_id`` answer with the group of ``group_ring_id`` on this rank.
+
+        Paddle's ring ids are per process (ranks 0,1 and ranks 2,3 may both call their own
+        model-parallel ring 0); refimpl's worlds name each group by one world-wide id, so a
+        program's ring id is bound, rank by rank, to the group this rank belongs to.
+        """
+        self.groups[ring_id] = self.groups[group_ring_id]
+        comm = self.comms.get(group_ring_id)
+        if comm is None:
+            self.comms.pop(ring_id, None)
+        else:
+            self.comms[ring_id] = comm
+
     def comm(self, ring_id: int = 0) -> Communicator:
         """The communicator for ``ring_id``; NotFound (naming the rank and ring) if there is none."""
         c = self.comms.get(ring_id)

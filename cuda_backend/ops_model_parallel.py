@@ -1,0 +1,1 @@
+"""Cuda kernels of the tensor-parallel ops (placeholder)."""
