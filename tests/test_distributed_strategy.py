@@ -190,9 +190,10 @@ def test_deepcopy_repr_and_unimplemented():
     assert "k_steps" in text and "Build Strategy" in text
     assert s._unimplemented_enabled() == []
     s.amp = True  # applied by fleet's AMPOptimizer: not listed
-    s.sharding = True
-    s.hybrid_configs = {"mp_degree": 2}
-    assert s._unimplemented_enabled() == ["sharding", "hybrid_configs.mp_degree"]
+    s.sharding = s.tensor_parallel = True  # applied by ShardingOptimizer / TensorParallelOptimizer
+    s.asp = True
+    s.hybrid_configs = {"mp_degree": 2, "sep_degree": 2}
+    assert s._unimplemented_enabled() == ["asp", "hybrid_configs.sep_degree"]
     assert DistributedStrategy()._unimplemented_enabled(is_collective=False) == ["a_sync"]
 
 

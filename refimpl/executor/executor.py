@@ -102,15 +102,15 @@ class PreparedProgram:
         """
         gblock = self.program.global_block()
         checks, first = [], None
+        # written between updates by other ops (a memcpy fetching an offloaded param or moment): the
+        # run makes them after the check, so they are left to the update itself
+        produced = set()
         for i, op in enumerate(gblock.ops):
-            if get_op_def(op.type).check is None:  # only optimizer updates declare what they require
-                continue
-            ins = set(op.input_arg_names)
-            if not any(n in ins and gblock.vars.get(n) is not None and gblock.vars[n].persistable
-                       for n in op.output_arg_names):
-                continue
-            first = i if first is None else first
-            checks.append(self._update_requirements(block, i, op))
+            if self._is_checked_update(gblock, op):
+                first = i if first is None else first
+                checks.append(self._update_requirements(block, i, op, produced))
+            elif first is not None:
+                produced.update(op.output_arg_names)
         if first is None:
             return {}
 
@@ -140,13 +140,23 @@ class PreparedProgram:
                     explain_all()
         return {first: check_all}
 
-    def _update_requirements(self, block, i, op):
+    @staticmethod
+    def _is_checked_update(gblock, op) -> bool:
+        """An optimizer update (it declares a check) writing a persistable it reads, in place."""
+        if get_op_def(op.type).check is None:
+            return False
+        ins = set(op.input_arg_names)
+        return any(n in ins and gblock.vars.get(n) is not None and gblock.vars[n].persistable
+                   for n in op.output_arg_names)
+
+    def _update_requirements(self, block, i, op, produced=()):
         """What one in-place update needs of its inputs: (tensors that must hold a value, tensors of one
-        shape, tensors of one value, the slow path that explains a failure)."""
+        shape, tensors of one value, the slow path that explains a failure); inputs in ``produced``
+        are not checked."""
         opdef = get_op_def(op.type)
         spec = opdef.check or {}
         dispensable = {s.name for s in opdef.inputs if s.dispensable}
-        names = {s: ns[0] for s, ns in op.inputs.items() if ns}
+        names = {s: ns[0] for s, ns in op.inputs.items() if ns and ns[0] not in produced}
         required = tuple(block.tensor(n) for s, n in names.items() if s not in dispensable)
         shaped = tuple(block.tensor(names[s]) for s in spec.get("same_shape", ()) if s in names)
         ones = tuple(block.tensor(names[s]) for s in spec.get("one_value", ()) if s in names)

@@ -68,6 +68,7 @@ class Variable:
 
     is_parameter = False
     trainable = False
+    is_distributed = False  # True for a tensor-parallel shard (Paddle's Variable.is_distributed)
 
     @property
     def ndim(self) -> int:

@@ -17,6 +17,7 @@ __all__ = ["DistributedStrategy", "Role", "RoleMakerBase", "PaddleCloudRoleMaker
 from .fleet import Fleet, get_log_level_code, get_log_level_name, set_log_level  # noqa: E402
 from .fleet import fleet  # noqa: E402  (the instance, as paddle.distributed.fleet.fleet)
 from . import utils  # noqa: E402,F401  (paddle.distributed.fleet.utils: LocalFS ...)
+from . import layers, meta_parallel  # noqa: E402,F401  (the tensor-parallel layers, fleet.meta_parallel.*)
 
 #: Paddle's module-level ``UtilBase`` (``fleet.util.get_file_shard`` ...); it follows the calling rank's fleet
 util = FleetUtil(fleet)
@@ -46,6 +47,7 @@ init_server = fleet.init_server
 run_server = fleet.run_server
 stop_worker = fleet.stop_worker
 save_persistables = fleet.save_persistables
+load_persistables = fleet.load_persistables  # refimpl: sharded collective load (sharding/persistables.py)
 save_inference_model = fleet.save_inference_model
 load_model = fleet.load_model
 shrink = fleet.shrink

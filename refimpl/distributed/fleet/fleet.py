@@ -21,7 +21,8 @@ Differences from Paddle:
   first joins the in-process or MPI world (``init_parallel_env``).
 * Static-graph only, yet the hybrid group is built as by Paddle's dygraph
   ``init``, when a degree is > 1 (context / expert / moe-sharding > 1:
-  ``Unimplemented``); no model-parallel RNG seeding. ``init`` returns the fleet.
+  ``Unimplemented``), with its model-parallel RNG seeding when mp > 1
+  (``layers/mpu/random.py``). ``init`` returns the fleet.
 * ``distributed_optimizer`` returns a ``meta_optimizers.DistributedOptimizer``
   (Paddle's static one returns the fleet); ``fleet.minimize`` delegates to it,
   and it runs Paddle's ``_minimize_impl`` (the meta-optimizer factory and
@@ -69,6 +70,7 @@ from .base import topology as tp
 from .collective_perf import CollectivePerf
 from .utils.log_util import get_log_level_code, get_log_level_name, set_log_level
 from refimpl.distributed.ps.fleet_api import ParameterServerAPI
+from .meta_optimizers.sharding.persistables import ShardedPersistablesAPI
 
 if TYPE_CHECKING:
     from refimpl.framework.operator import Operator
@@ -121,7 +123,7 @@ def _check_strategy(strategy):
 
 
 @_guard_runtime_methods
-class Fleet(CollectivePerf, ParameterServerAPI):
+class Fleet(CollectivePerf, ShardedPersistablesAPI, ParameterServerAPI):
     """Unified API for distributed training (see the module docstring); one state per rank."""
 
     def __init__(self):
@@ -248,6 +250,10 @@ class Fleet(CollectivePerf, ParameterServerAPI):
             return
         self._topology = tp.CommunicateTopology(hybrid_group_names=names, dims=dims)
         self._hcg = tp.HybridCommunicateGroup(self._topology, h)
+        if degrees["mp"] > 1:  # as Paddle: each model-parallel rank its own tracker seed (-1: a random one)
+            from .layers.mpu.random import model_parallel_random_seed
+            seed = s.tensor_parallel_configs["tensor_init_seed"]
+            model_parallel_random_seed(None if seed == -1 else seed)
 
     def get_hybrid_communicate_group(self) -> Optional[tp.HybridCommunicateGroup]:
         if self._hcg is None:

@@ -114,10 +114,10 @@ def _bad_flag(flag):
 
 # Unsupported by refimpl when switched on (see _unimplemented_enabled); amp, recompute, lars, lamb, dgc,
 # localsgd, adaptive_localsgd and fp16_allreduce are applied by fleet's meta-optimizers
-UNIMPLEMENTED_SWITCHES = ("sharding", "tensor_parallel", "asp", "qat", "elastic", "auto", "semi_auto",
+UNIMPLEMENTED_SWITCHES = ("asp", "qat", "elastic", "auto", "semi_auto",
                           "auto_search", "heter_ccl_mode", "is_fl_ps_mode", "sync_batch_norm",
                           "use_hierarchical_allreduce", "fuse_grad_merge", "adam_d2sum")
-_UNIMPLEMENTED_DEGREES = ("mp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",
+_UNIMPLEMENTED_DEGREES = ("sep_degree", "cp_degree", "ep_degree",
                           "moe_sharding_degree")
 
 

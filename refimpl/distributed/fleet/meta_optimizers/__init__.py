@@ -19,7 +19,9 @@ from .pipeline_optimizer import PipelineOptimizer, PipelineRun, apply_pipeline
 from .ps_optimizer import ParameterServerOptimizer
 from .raw_program_optimizer import RawProgramOptimizer
 from .recompute_optimizer import RecomputeOptimizer
-from .unsupported_optimizers import ASPOptimizer, QATOptimizer, ShardingOptimizer, TensorParallelOptimizer
+from .sharding_optimizer import ShardingOptimizer
+from .tensor_parallel_optimizer import TensorParallelOptimizer
+from .unsupported_optimizers import ASPOptimizer, QATOptimizer
 from . import dgc_optimizer, fp16_allreduce_optimizer, localsgd_optimizer
 
 

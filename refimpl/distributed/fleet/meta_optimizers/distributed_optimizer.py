@@ -131,7 +131,7 @@ class DistributedOptimizer:
             opt._check_configs(loss)
         if not isinstance(chain[0] if chain else None, ParameterServerOptimizer):
             missing = [n for n in _NOT_COVERED if getattr(s, n) is True]
-            missing += [f"hybrid_configs.{k}" for k in ("mp_degree", "sharding_degree", "sep_degree", "cp_degree",
+            missing += [f"hybrid_configs.{k}" for k in ("sep_degree", "cp_degree",
                                                         "ep_degree", "moe_sharding_degree")
                         if s.hybrid_configs[k] > 1]
             if missing:

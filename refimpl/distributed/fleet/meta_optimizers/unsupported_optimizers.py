@@ -1,11 +1,9 @@
 """The meta-optimizers of Paddle 3.3.1 that refimpl does not implement.
 
-Mirrors the applicability rules of ``asp_optimizer.py`` (``ASPOptimizer``),
-``qat_optimizer.py`` (``QATOptimizer``), ``sharding_optimizer.py``
-(``ShardingOptimizer``) and ``tensor_parallel_optimizer.py``
-(``TensorParallelOptimizer``) under
+Mirrors the applicability rules of ``asp_optimizer.py`` (``ASPOptimizer``)
+and ``qat_optimizer.py`` (``QATOptimizer``) under
 ``paddle/distributed/fleet/meta_optimizers/``: each applies in collective mode
-when its switch is on (sharding: with more than one worker), so the strategy
+when its switch is on, so the strategy
 compiler weighs it exactly as Paddle does; ``minimize`` then raises
 Unimplemented naming the switch (``DistributedOptimizer`` checks this before
 anything is built).
@@ -61,17 +59,4 @@ class QATOptimizer(_Unsupported):
                   "GradientMergeOptimizer"]
 
 
-class ShardingOptimizer(_Unsupported):
-    switch = "sharding"
-    white_list = ["RecomputeOptimizer", "AMPOptimizer", "LarsOptimizer", "LambOptimizer", "ASPOptimizer"]
-
-    def _can_apply(self) -> bool:
-        return super()._can_apply() and self.role_maker._worker_num() > 1
-
-
-class TensorParallelOptimizer(_Unsupported):
-    switch = "tensor_parallel"
-    white_list = ["RecomputeOptimizer", "AMPOptimizer", "LarsOptimizer", "LambOptimizer"]
-
-
-__all__ = ["ASPOptimizer", "QATOptimizer", "ShardingOptimizer", "TensorParallelOptimizer"]
+__all__ = ["ASPOptimizer", "QATOptimizer"]

@@ -1,0 +1,1 @@
+"""``paddle.distributed.fleet.layers``: the model-parallel layers (``mpu``), static mode."""

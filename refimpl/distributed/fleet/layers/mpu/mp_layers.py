@@ -1,0 +1,215 @@
+"""The tensor-parallel layers, static mode: Column/RowParallelLinear, VocabParallelEmbedding, ParallelCrossEntropy.
+
+Mirrors ``paddle/distributed/fleet/layers/mpu/mp_layers.py`` of Paddle 3.3.1
+in static (legacy-IR) mode. Each layer takes the model-parallel group from
+the fleet (Paddle's ``tp._HYBRID_PARALLEL_GROUP``, in static mode the
+``'model'`` group ``fleet.init`` makes when ``strategy.tensor_parallel``
+asks for ``tensor_parallel_configs['tensor_parallel_degree'] > 1``, or
+sharding for ``sharding_configs['mp_degree'] > 1``: ring 0, the ranks
+``rank // degree`` groups together) unless ``mp_group`` is given, creates
+this rank's shard of its parameters (named as ``Linear`` / ``Embedding``
+name theirs: ``linear_0.w_0``, ``embedding_0.w_0``) and appends the ops
+Paddle appends:
+
+* ``ColumnParallelLinear``: ``c_identity`` -> ``matmul_v2`` ->
+  ``elementwise_add`` [-> ``c_concat`` with ``gather_output``]; weight
+  ``[in, out / mp]`` and bias ``[out / mp]`` distributed;
+* ``RowParallelLinear``: [``c_split`` unless ``input_is_parallel``] ->
+  ``matmul_v2`` -> ``mp_allreduce_sum`` -> ``elementwise_add`` of the whole
+  bias; weight ``[in / mp, out]`` distributed, bias replicated;
+* ``VocabParallelEmbedding``: ``c_embedding`` (this rank's rows
+  ``[rank * V / mp, (rank + 1) * V / mp)``) -> ``mp_allreduce_sum``;
+* ``ParallelCrossEntropy``: [``unsqueeze2`` of the label] ->
+  ``c_softmax_with_cross_entropy``.
+
+As in Paddle's static mode, ``is_distributed`` is set on the main program's
+parameter only (not on its startup copy, which ``_set_var_distributed`` of
+``paddle.distributed.split`` also marks), so ``TensorParallelOptimizer``
+broadcasts these shards over the model-parallel ring too: all ranks of a
+ring start from rank 0's shard. With one rank in the group the layers are
+plain ``Linear`` / ``Embedding`` / ``cross_entropy`` computations.
+
+Differences: no dygraph branches (``mp_async_allreduce``,
+``mp_skip_c_identity``, ``mp_fused_linear_param_grad_add`` and
+``fuse_matmul_bias`` raise ``Unimplemented``, as Paddle asserts they are
+dygraph-only or need its fused kernels); ``sharded_state_dict`` is absent.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from refimpl.core.errors import Unimplemented
+from refimpl.framework.variable import Variable
+from refimpl.nn import functional as F
+from refimpl.nn.initializer import Constant
+from refimpl.nn.layer.layers import Layer
+
+from ...base.compat_errors import InvalidArgumentAssertion, PreconditionAssertion
+from . import mp_ops
+
+
+def model_parallel_group() -> Any:
+    """The static ``'model'`` group of this rank (Paddle: ``tp._HYBRID_PARALLEL_GROUP.get_model_parallel_group()``)."""
+    from refimpl.distributed.fleet import fleet
+    from refimpl.distributed.fleet.comm_groups import static_comm_groups
+    if fleet._role_maker is None:
+        raise PreconditionAssertion("the model-parallel layers need fleet.init(is_collective=True, strategy=...) "
+                                    "first")
+    strategy = fleet._user_defined_strategy
+    groups = getattr(fleet._hcg, "groups", None)   # the static table fleet.init made, unless a hybrid group
+    if groups is None:                              # replaced it: then the same table, made again
+        groups = static_comm_groups(strategy, fleet.worker_index(), fleet.worker_num()).groups
+    if "model" not in groups:
+        raise PreconditionAssertion(
+            "no model-parallel group on this rank: set strategy.tensor_parallel = True with "
+            "tensor_parallel_configs['tensor_parallel_degree'] > 1 (or strategy.sharding with "
+            f"sharding_configs['mp_degree'] > 1) before fleet.init; got tensor_parallel={strategy.tensor_parallel}, "
+            f"tensor_parallel_degree={strategy.tensor_parallel_configs['tensor_parallel_degree']}, "
+            f"sharding={strategy.sharding}")
+    return groups["model"]
+
+
+def _group_info(mp_group: Any) -> tuple:
+    """(group, nranks, rank in it) of ``mp_group`` or, when None, of the fleet's model-parallel group."""
+    group = model_parallel_group() if mp_group is None else mp_group
+    return group, int(group.nranks), int(group.rank)
+
+
+def _refuse_unsupported(layer: str, is_mp: bool, fuse_matmul_bias: bool) -> None:
+    """Paddle's dygraph-only ``mp_configs`` switches (they count only with is_mp) and ``fuse_matmul_bias``."""
+    from refimpl.distributed.fleet import fleet
+    mp_configs = fleet._user_defined_strategy.hybrid_configs["mp_configs"]
+    if is_mp and getattr(mp_configs, "mp_async_allreduce", False):   # (skip_c_identity, fused_... need it)
+        raise Unimplemented(f"{layer}: hybrid_configs['mp_configs'].mp_async_allreduce = True is only available "
+                            f"in dygraph mode (refimpl is static-only)")
+    if fuse_matmul_bias:
+        raise Unimplemented(f"{layer}: fuse_matmul_bias=True needs the fused_gemm_epilogue kernel, which refimpl "
+                            f"does not have")
+
+
+def _check_divisible(layer: str, option: str, value: int, degree: int) -> None:
+    if value % degree:
+        raise InvalidArgumentAssertion(f"{layer}: {option}={value} must be divisible by the model-parallel "
+                                       f"degree {degree}")
+
+
+class VocabParallelEmbedding(Layer):
+    """An embedding whose vocabulary rows are split over the model-parallel group."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, weight_attr: Any = None, mp_group: Any = None,
+                 name: Optional[str] = None) -> None:
+        super().__init__()
+        self.model_parallel_group, self.world_size, self.rank = _group_info(mp_group)
+        self.origin_num_embeddings = num_embeddings
+        self.is_mp = self.world_size > 1
+        _check_divisible("VocabParallelEmbedding", "num_embeddings", num_embeddings, self.world_size)
+        per_part_size = num_embeddings // self.world_size
+        self.vocab_start_index = self.rank * per_part_size
+        self._dtype = mp_ops.default_dtype()
+        self._size = [per_part_size, embedding_dim]
+        self._weight_attr, self._name = weight_attr, name
+        self.num_embeddings = num_embeddings
+        self.weight = self.create_parameter(attr=weight_attr, shape=self._size, dtype=self._dtype, is_bias=False)
+        self.weight.is_distributed = self.is_mp
+        if self.is_mp:
+            self.weight.split_axis = 0
+
+    def forward(self, x: Variable) -> Variable:
+        if not self.is_mp:
+            return F.embedding(x, weight=self.weight, padding_idx=None, sparse=False, name=self._name)
+        out = mp_ops._c_lookup_table(self.weight, x, start_index=self.vocab_start_index,
+                                     vocab_size=self.num_embeddings, name=self._name)
+        return mp_ops._mp_allreduce(out, group=self.model_parallel_group, use_calc_stream=True,
+                                    use_model_parallel=True)
+
+
+class ColumnParallelLinear(Layer):
+    """A linear layer whose output columns are split over the model-parallel group."""
+
+    def __init__(self, in_features: int, out_features: int, weight_attr: Any = None, has_bias: Optional[bool] = None,
+                 gather_output: bool = True, fuse_matmul_bias: bool = False, mp_group: Any = None,
+                 name: Optional[str] = None) -> None:
+        super().__init__()
+        self.model_parallel_group, self.world_size, _ = _group_info(mp_group)
+        self._name = name
+        self.is_mp = self.world_size > 1
+        self.gather_output = gather_output
+        _check_divisible("ColumnParallelLinear", "out_features", out_features, self.world_size)
+        self.output_size_per_partition = out_features // self.world_size
+        self._weight_attr = weight_attr
+        self._dtype = mp_ops.default_dtype()
+        self.weight = self.create_parameter(shape=[in_features, self.output_size_per_partition], attr=weight_attr,
+                                            dtype=self._dtype, is_bias=False)
+        self.weight.is_distributed = self.is_mp
+        if self.is_mp:
+            self.weight.split_axis = 1
+        if has_bias:
+            self.bias = self.create_parameter(shape=[self.output_size_per_partition], attr=Constant(0.0),
+                                              dtype=self._dtype, is_bias=True)
+            self.bias.is_distributed = self.is_mp
+            if self.is_mp:
+                self.bias.split_axis = 0
+        else:
+            self.bias = None
+        _refuse_unsupported("ColumnParallelLinear", self.is_mp, fuse_matmul_bias)
+        self.fuse_matmul_bias = fuse_matmul_bias
+
+    def forward(self, x: Variable) -> Variable:
+        x = mp_ops._c_identity(x, group=self.model_parallel_group) if self.is_mp else x
+        out = F.linear(x, self.weight, self.bias, name=self._name)
+        if self.gather_output and self.is_mp:
+            out = mp_ops._c_concat(out, group=self.model_parallel_group)
+        return out
+
+
+class RowParallelLinear(Layer):
+    """A linear layer whose input rows (the weight's rows) are split over the model-parallel group."""
+
+    def __init__(self, in_features: int, out_features: int, weight_attr: Any = None, has_bias: bool = True,
+                 input_is_parallel: bool = False, fuse_matmul_bias: bool = False, mp_group: Any = None,
+                 name: Optional[str] = None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.input_is_parallel = input_is_parallel
+        self._weight_attr, self._name = weight_attr, name
+        self._dtype = mp_ops.default_dtype()
+        self.model_parallel_group, self.world_size, self.rank = _group_info(mp_group)
+        self.is_mp = self.world_size > 1
+        _refuse_unsupported("RowParallelLinear", self.is_mp, fuse_matmul_bias)
+        _check_divisible("RowParallelLinear", "in_features", in_features, self.world_size)
+        self.input_size_per_partition = in_features // self.world_size
+        self.weight = self.create_parameter(shape=[self.input_size_per_partition, out_features], attr=weight_attr,
+                                            dtype=self._dtype, is_bias=False)
+        self.weight.is_distributed = self.is_mp
+        if self.is_mp:
+            self.weight.split_axis = 0
+        self.bias = (self.create_parameter(shape=[out_features], attr=Constant(0.0), dtype=self._dtype, is_bias=True)
+                     if has_bias else None)
+        self.fuse_matmul_bias = fuse_matmul_bias
+
+    def forward(self, x: Variable) -> Variable:
+        if not self.is_mp:
+            return F.linear(x, self.weight, self.bias, name=self._name)
+        if not self.input_is_parallel:
+            x = mp_ops._c_split(x, group=self.model_parallel_group)
+        out = F.linear(x, self.weight, name=self._name)
+        out = mp_ops._mp_allreduce(out, group=self.model_parallel_group, use_calc_stream=True,
+                                   use_model_parallel=True)
+        return out + self.bias if self.bias is not None else out
+
+
+class ParallelCrossEntropy(Layer):
+    """Softmax cross entropy over logits whose classes are split over the model-parallel group."""
+
+    def __init__(self, mp_group: Any = None, name: Optional[str] = None, ignore_index: int = -100) -> None:
+        super().__init__()
+        self.name = name
+        self.model_parallel_group, self.world_size, self.rank = _group_info(mp_group)
+        self.ignore_index = ignore_index
+
+    def forward(self, input: Variable, label: Variable) -> Variable:
+        return mp_ops._c_softmax_with_cross_entropy(input, label, group=self.model_parallel_group,
+                                                    ignore_index=self.ignore_index)
+
+
+__all__ = ["VocabParallelEmbedding", "ColumnParallelLinear", "RowParallelLinear", "ParallelCrossEntropy"]
