@@ -39,7 +39,7 @@ from refimpl.core.reduce_op import ReduceOp
 from refimpl.framework.op_role import OP_ROLE_ATTR, OpRole
 from refimpl.framework.program import default_main_program, default_startup_program, program_guard
 
-from .collective_helper import init_communicator
+from .common import CollectiveHelper
 from .meta_optimizer_base import MetaOptimizerBase
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class _LocalSGDBase(MetaOptimizerBase):
         if not p2s:
             raise InvalidArgument(f"{type(self).__name__}: the program of loss {loss.name!r} has no "
                                   f"(non-distributed) parameter to average")
-        _update_startup_program(self.role_maker, startup, self.nrings)
+        CollectiveHelper(self.role_maker, self.nrings).update_startup_program(startup)
         self.init_snapshot_vars(startup, self.create_snapshot_vars(startup))
         return minimized, startup, p2s
 
@@ -263,27 +263,6 @@ def _equal(x: Variable, y: Any) -> Variable:
     out.stop_gradient = True
     x.block.program.current_block().append_op(type="equal", inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]})
     return out
-
-
-def _update_startup_program(role_maker: Any, startup: Program, nrings: int) -> None:
-    """Paddle's ``CollectiveHelper(role_maker, nrings).update_startup_program``: every ring brought up,
-    then each parameter broadcast from rank 0 on the rings in turn, then one stream sync per ring."""
-    endpoints = role_maker._get_trainer_endpoints()
-    rank = role_maker._worker_index()
-    for ring_id in range(nrings):
-        # Paddle passes no global ring (None) for the barrier's all_reduce; its recorded ring_id is 0
-        init_communicator(startup, endpoints[rank], endpoints, rank, ring_id, global_ring_id=0)
-    block = startup.global_block()
-    ring_id, param = -1, None
-    for param in list(block.iter_parameters()):
-        if getattr(param, "is_distributed", False):
-            continue
-        ring_id = (ring_id + 1) % nrings
-        block.append_op(type="broadcast", inputs={"x": param}, outputs={"out": param},
-                        attrs={"ring_id": ring_id, "root": 0, OP_ROLE_ATTR: OpRole.Forward})
-    for ring in range(nrings):
-        block.append_op(type="c_sync_comm_stream", inputs={"X": param}, outputs={"Out": param},
-                        attrs={"ring_id": ring, OP_ROLE_ATTR: OpRole.Forward})
 
 
 __all__ = ["LocalSGDOptimizer", "AdaptiveLocalSGDOptimizer"]
