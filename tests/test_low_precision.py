@@ -380,3 +380,23 @@ def test_only_ops_with_low_precision_vars_are_wrapped():
     block = main.global_block()
     wrapped = {op.type: low_precision.targets(op, get_op_def(op.type), block) for op in block.ops}
     assert wrapped == {"mul": None, "elementwise_add": None, "cast": None, "relu": ["bfloat16"]}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_zero_d_results_are_rounded_to_their_dtype(dtype):
+    """mean(x) + mean(x * x) is a 0-d float16 / bfloat16 variable: the NumPy backend rounds it as it rounds
+    arrays (the sum of two low-precision values, rounded once)."""
+    main, startup = Program(), Program()
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        x = paddle.static.data(name="x", shape=[4], dtype=dtype)
+        a, b = paddle.mean(x), paddle.mean(x * x)
+        s = a + b
+    xs = np.array([1.1, 2.3, 0.7, 3.3]).astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    fa, fb, fs = paddle.static.Executor().run(main, feed={"x": xs}, fetch_list=[a, b, s])
+    if dtype == "bfloat16":  # fetched as Paddle's uint16 bit patterns
+        fa, fb, fs = (np.asarray(v).view(ml_dtypes.bfloat16) for v in (fa, fb, fs))
+        want = (np.float32(fa) + np.float32(fb)).astype(ml_dtypes.bfloat16)
+    else:
+        want = (np.float32(fa) + np.float32(fb)).astype(np.float16)
+    assert np.asarray(fs).shape == () and np.asarray(fs).dtype == want.dtype
+    assert np.asarray(fs) == want

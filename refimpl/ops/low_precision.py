@@ -69,6 +69,8 @@ def _np_widen(a: Any) -> Any:
 
 
 def _np_round(a: Any, dtype: str) -> Any:
+    if isinstance(a, np.generic):  # a 0-d kernel result (np.float32 scalar) is rounded too
+        a = np.asarray(a)
     if not isinstance(a, np.ndarray) or a.dtype.kind != "f":
         return a
     return round_to_bfloat16(a) if dtype == "bfloat16" else a.astype(np.float16)
