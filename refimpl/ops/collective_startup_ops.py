@@ -11,7 +11,9 @@ refimpl the rank context already holds the communicators of its world
 so ``c_gen_nccl_id`` writes a small id ``[ring_id, nranks]`` into its RAW
 variable and ``c_comm_init`` checks that ring ``ring_id`` exists with
 ``nranks`` ranks and this one at ``rank`` — creating it over the whole world
-when it is missing and ``nranks`` is the world size — and raises
+when it is missing and ``nranks`` is the world size, binding it back to the
+world when a program of the whole world follows one that bound the ring id
+to a smaller group (``RankContext.bind_ring``) — and raises
 PreconditionNotMet naming the ring otherwise. ``depend`` (X, Dep -> Out = X)
 only orders ops. Imported by ``collective_ops``.
 """
@@ -53,6 +55,10 @@ def c_comm_init(X, *, nranks, rank, device_id, ring_id, endpoints):
         raise PreconditionNotMet(f"c_comm_init: the comm id is for ring {int(X[0])} of {int(X[1])} ranks, but "
                                  f"the op initializes ring {ring_id} of {nranks} ranks")
     comm = _ring_for(ring_id, nranks)
+    ctx = comm_context.current()
+    if (comm.nranks, comm.rank) != (nranks, rank) and (nranks, rank) == (getattr(ctx, "world_size", 0), ctx.rank):
+        ctx.bind_world(ring_id)  # type: ignore[attr-defined]  # a program of the whole world after a ring rebinding
+        comm = ctx.comm(ring_id)
     if (comm.nranks, comm.rank) != (nranks, rank):
         raise PreconditionNotMet(f"c_comm_init: ring_id {ring_id} has {comm.nranks} ranks with this one at rank "
                                  f"{comm.rank}, but the op says nranks={nranks}, rank={rank}")

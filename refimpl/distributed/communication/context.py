@@ -55,6 +55,7 @@ class RankContext:
         self.groups = {}     # ring_id -> ranks, for every group created (member or not)
         self.trace = None
         self.add_group(0, range(world_size))
+        self.world_comm = self.comms.get(0)  # ring 0 as made: the world, whatever a program binds ring 0 to
 
     def add_group(self, ring_id: int, ranks: Sequence[int]) -> Optional[Communicator]:
         """Create the communicator of group ``ring_id`` (None if this rank is not in ``ranks``)."""
@@ -80,6 +81,11 @@ class RankContext:
             self.comms.pop(ring_id, None)
         else:
             self.comms[ring_id] = comm
+
+    def bind_world(self, ring_id: int) -> None:
+        """Make ``ring_id`` answer with the communicator of the whole world again (see :meth:`bind_ring`)."""
+        self.groups[ring_id] = tuple(range(self.world_size))
+        self.comms[ring_id] = self.world_comm
 
     def comm(self, ring_id: int = 0) -> Communicator:
         """The communicator for ``ring_id``; NotFound (naming the rank and ring) if there is none."""

@@ -38,7 +38,7 @@ class WorkerComm:
             raise PreconditionNotMet(f"the role maker has {self._worker_num()} worker(s) but this process's "
                                      f"communication world has {ctx.world_size} rank(s); start the ranks with "
                                      f"run_in_process or mpiexec and call fleet.init / init_parallel_env first")
-        return ctx.comm(0)
+        return ctx.world_comm  # not ctx.comm(0): a tensor-parallel program binds ring 0 to its model group
 
     def _barrier(self, comm_world: str = "worker") -> None:
         """Wait for every worker (``comm_world``: ``worker`` or ``all``)."""
