@@ -4,6 +4,9 @@
     mpiexec -n 2 python examples/fleet_strategies.py --amp fp16 --lamb   # dp=2 over MPI
     python examples/fleet_strategies.py --localsgd --ranks 4             # 4 in-process ranks
     python examples/fleet_strategies.py --compare-all --ranks 2          # every strategy, both models
+    python examples/fleet_strategies.py --tp 2 --ranks 2                 # tensor parallelism, 2 ranks
+    mpiexec -n 4 python examples/fleet_strategies.py --tp 2 --dp 2       # TP x data parallel over MPI
+    python -m refimpl.distributed.launch --nproc_per_node 4 --in-process examples/fleet_strategies.py --sharding 4
 
 Every run trains the chosen model (same initial values, same global
 batches) once on one device, and once with
@@ -20,7 +23,21 @@ device, the peak bytes a rank held during a step (``exe.memory_stats()``, the
 most over the ranks; also the most bytes of activations held at once, which
 recompute lowers), the median step time, the meta-optimizers fleet applied,
 and a note on what the diff means. A strategy refimpl cannot run prints
-``not available: <error>`` in its row instead of stopping the run.
+``not available: <error>`` in its row instead of stopping the run. Under
+each row: the bytes of parameters and of optimizer state each rank holds
+after the last step (``live_by_category``), the most of them against one
+device's -- ~1/N under ``--tp N`` or ``--sharding N``.
+
+``--tp T``, ``--sharding S`` and ``--dp D`` lay the ranks out (their product
+is the world size; ``--dp`` defaults to what is left, ``--ranks`` to the
+product): ``--tp`` builds GPT-mini from fleet's tensor-parallel layers
+(``examples/gpt_parallel.py``) under ``strategy.tensor_parallel``, the
+``T`` neighbours of a rank training on one slice of the batch;
+``--sharding`` is ZeRO sharding (``sharding_configs``: ``sharding_degree``
+S, ``dp_degree`` D; with ``--tp`` too, ``mp_degree`` T: sharding inside
+tensor parallelism). All start from the one-device run's initial values
+(their shards under TP). ``--pp`` stops with an Unimplemented error: the
+example has no pipeline-stage layout of GPT-mini.
 
 The inner optimizer is the one each strategy wants (Paddle's ``_can_apply``
 rules): Momentum, except Adam for LAMB; bf16 AMP decorates it with
@@ -44,7 +61,10 @@ not, so its DGC is momentum + allreduce), adaptive LocalSGD (no
 ``RawProgramOptimizer`` under it: ranks train alone between averages),
 FP16 allreduce (through fleet it inserts no collective -- Paddle chains none
 under it -- so its ranks train alone), and every multi-rank LeNet row, whose
-batch norm normalizes each rank's own slice. On the NumPy backend float16
+batch norm normalizes each rank's own slice. Tensor parallelism and
+sharding reproduce one device to float32 rounding too, but LAMB and LARS
+under TP do not: each rank's trust ratio uses its shard's norms (Paddle's
+``lamb`` / ``lars_momentum`` ops see only the shard). On the NumPy backend float16
 AMP inserts no casts (as Paddle's CPU wheel): its row says so instead of
 measuring AMP; run with ``REFIMPL_BACKEND=cuda`` for the float16 program.
 """
@@ -58,7 +78,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import gpt_parallel  # noqa: E402
+from gpt_parallel import data_slice, degree, layout  # noqa: E402
 import refimpl as paddle  # noqa: E402
+from refimpl.core.errors import InvalidArgument  # noqa: E402
 from refimpl.distributed.fleet import DistributedStrategy, Fleet, MPIRoleMaker  # noqa: E402
 
 F = paddle.nn.functional
@@ -67,18 +90,10 @@ GPT = dict(vocab=32, seq=8, dim=16, heads=2, layers=2)  # GPT-mini's size (bench
 
 
 # ---- the models: (main, startup, loss, feed maker, checkpoint names) ---------------------------------
-def gpt_net():
-    from refimpl.demo import TinyGPT
-    model = TinyGPT(GPT["vocab"], GPT["seq"], GPT["dim"], GPT["heads"], GPT["layers"])
-    ids = paddle.static.data("ids", [None, GPT["seq"]], "int64")
-    labels = paddle.static.data("labels", [None, GPT["seq"]], "int64")
-    h = model.tok(ids) + model.pos(paddle.arange(GPT["seq"], dtype="int64"))
+def gpt_net(tp=1):
+    """TinyGPT (``refimpl/demo.py``); its tensor-parallel layout over ``tp`` ranks when ``tp > 1``."""
     checkpoints = []
-    for block in model.blocks:
-        h = block(h)
-        checkpoints.append(h.name)
-    logits = paddle.matmul(model.ln_f(h), model.tok.weight, transpose_y=True)
-    loss = F.cross_entropy(paddle.reshape(logits, [-1, GPT["vocab"]]), paddle.reshape(labels, [-1, 1]))
+    loss = gpt_parallel.gpt_loss(GPT, tp, checkpoints)
 
     def feed(rng, rows):
         data = rng.integers(0, GPT["vocab"], (rows, GPT["seq"] + 1))
@@ -86,8 +101,10 @@ def gpt_net():
     return loss, feed, checkpoints
 
 
-def lenet_net():
+def lenet_net(tp=1):
     from train_lenet import LeNet
+    if tp > 1:
+        raise InvalidArgument(f"--tp {tp}: only --model gpt has a tensor-parallel layout (examples/gpt_parallel.py)")
     net = LeNet(width=4, hidden=16)
     img = paddle.static.data("img", [None, 1, 8, 8], "float32")
     label = paddle.static.data("label", [None, 1], "int64")
@@ -125,6 +142,7 @@ def make_strategy(opts, checkpoints):
     if opts.get("gradient_merge"):
         s.gradient_merge = True
         s.gradient_merge_configs = {"k_steps": opts["gradient_merge"], "avg": True}
+    gpt_parallel.set_degrees(s, opts)
     return s
 
 
@@ -185,13 +203,19 @@ def build_program(model, opts, distributed):
     """(main, startup, loss, applied meta-optimizers, the main program's facts: {"ops": {op type: count},
     "dtypes": the variables' dtype names}) of ``model`` under fleet (``distributed``) or on one device."""
     main, startup = paddle.static.Program(), paddle.static.Program()
+    tp = degree(opts, "tp") if distributed else 1
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
-        loss, _, checkpoints = MODELS[model]()
+        if tp > 1:  # the mp layers read the 'model' group of fleet (the singleton) as they are built
+            f = paddle.distributed.fleet.fleet
+            f.init(role_maker=MPIRoleMaker(is_collective=True), strategy=make_strategy(opts, []))
+        loss, _, checkpoints = MODELS[model](tp)
         applied = []
         if distributed:
-            f = Fleet()
-            f.init(role_maker=MPIRoleMaker(is_collective=True), strategy=make_strategy(opts, checkpoints))
-            opt = f.distributed_optimizer(inner_optimizer(opts, checkpoints))
+            if tp <= 1:
+                f = Fleet()
+                f.init(role_maker=MPIRoleMaker(is_collective=True), strategy=make_strategy(opts, checkpoints))
+            again = make_strategy(opts, checkpoints) if tp > 1 and opts.get("recompute") else None  # the checkpoints
+            opt = f.distributed_optimizer(inner_optimizer(opts, checkpoints), strategy=again)
             opt.minimize(loss)
             applied = f._get_applied_meta_list()
         else:
@@ -214,35 +238,57 @@ def memory_peaks(exe):
     return int(stats["peak_bytes"]), int((stats.get("max_by_category") or {}).get("activations") or 0)
 
 
+def one_device_start(model, opts):
+    """The one-device run's initial parameter values (the same seed, the same startup program)."""
+    main, startup, *_ = build_program(model, opts, False)
+    paddle.seed(SEED)
+    scope = paddle.static.Scope()
+    paddle.static.Executor().run(startup, scope=scope)
+    return {p.name: np.array(scope.find_var(p.name).get_tensor()) for p in main.global_block().all_parameters()}
+
+
 def run_rank(model, opts, batches, nranks, distributed):
-    """Train on this rank; return (losses, peak bytes, median step seconds after the first, applied
-    meta-optimizers, the most bytes of activations held at once, the main program's facts)."""
+    """Train on this rank; return {"losses", "peak" bytes, "time": median step seconds after the first,
+    "applied" meta-optimizers, "acts": the most bytes of activations held at once, the main program's
+    "facts", "params" / "opt": the bytes of parameters / optimizer state held after the last step}."""
     rank = paddle.distributed.get_rank() if distributed else 0
     main, startup, loss, applied, facts = build_program(model, opts, distributed)
     paddle.seed(SEED)
     scope = paddle.static.Scope()
     exe = paddle.static.Executor()
     exe.run(startup, scope=scope)
+    tp = degree(opts, "tp") if distributed else 1
+    if distributed and (tp > 1 or degree(opts, "sharding") > 1):  # start where one device starts
+        gpt_parallel.load_start(scope, main, one_device_start(model, opts), rank % tp, tp)
+    part, parts = data_slice(opts, rank, nranks)
     losses, peak, acts, times = [], 0, 0, []
     for b in batches:
         t0 = time.perf_counter()
-        out = exe.run(main, feed=rank_slice(b, rank, nranks), fetch_list=[loss], scope=scope)
+        out = exe.run(main, feed=rank_slice(b, part, parts), fetch_list=[loss], scope=scope)
         times.append(time.perf_counter() - t0)
         losses.append(float(np.mean(out[0])))
         peak, acts = (max(x, y) for x, y in zip((peak, acts), memory_peaks(exe)))
-    return losses, peak, float(np.median(times[1:] if len(times) > 1 else times)), applied, acts, facts
+    live = exe.memory_stats()["live_by_category"]
+    return {"losses": losses, "peak": peak, "time": float(np.median(times[1:] if len(times) > 1 else times)),
+            "applied": applied, "acts": acts, "facts": facts, "params": int(live["parameters"]),
+            "opt": int(live["optimizer_state"])}
+
+
+NUMBERS = ("peak", "time", "acts", "params", "opt")
 
 
 def run_all_ranks(model, opts, batches, nranks):
-    """Every rank's result: in-process ranks, or this MPI process's rank gathered over MPI."""
+    """Every rank's result: in-process ranks, or this rank's (an MPI process, or a thread of
+    ``launch --in-process``) gathered over a group of the whole world."""
     import refimpl.distributed as dist
-    if under_mpi():
+    if inside_ranks():
         n, r = dist.get_world_size(), dist.get_rank()
-        losses, peak, step_time, applied, acts, facts = run_rank(model, opts, batches, n, True)
-        table = np.zeros((n, len(losses) + 3))
-        table[r] = [*losses, peak, step_time, acts]
-        dist.all_reduce(table)
-        return [(list(row[:-3]), int(row[-3]), float(row[-2]), applied, int(row[-1]), facts) for row in table]
+        res = run_rank(model, opts, batches, n, True)
+        table = np.zeros((n, len(res["losses"]) + len(NUMBERS)))
+        table[r] = [*res["losses"], *(res[k] for k in NUMBERS)]
+        dist.all_reduce(table, group=dist.new_group())  # ring 0 may be bound to the model-parallel group now
+        k = len(NUMBERS)
+        return [dict(res, losses=list(row[:-k]), **dict(zip(NUMBERS, row[-k:]))) for row in table]
     if nranks <= 1:
         return [run_rank(model, opts, batches, 1, True)]
     from refimpl.distributed.communication import run_in_process
@@ -251,6 +297,13 @@ def run_all_ranks(model, opts, batches, nranks):
 
 def under_mpi():
     return any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"))
+
+
+def inside_ranks():
+    """Whether this code already runs as one rank of many: under ``mpiexec``, or as a thread of
+    ``python -m refimpl.distributed.launch --in-process``."""
+    from refimpl.distributed.communication import context
+    return under_mpi() or (context.has_thread_context() and context.current().world_size > 1)
 
 
 # ---- the report --------------------------------------------------------------------------------------------
@@ -268,25 +321,29 @@ def make_batches(model, nranks, steps, rows_per_rank=4, seed=0):
 
 def compare(model, opts, nranks, steps, out):
     import refimpl.distributed as dist
-    if under_mpi():
+    if inside_ranks():
         nranks = dist.get_world_size()
         out = out if dist.get_rank() == 0 else open(os.devnull, "w")
-    batches = make_batches(model, nranks, steps)
-    base_losses, base_peak, base_time, _, base_acts, _ = run_rank(model, opts, batches, 1, False)
     name = describe(opts)
     try:
+        opts = layout(dict(opts), nranks)
+        batches = make_batches(model, data_slice(opts, 0, nranks)[1], steps)
+        base = run_rank(model, opts, batches, 1, False)
         results = run_all_ranks(model, opts, batches, nranks)
     except Exception as exc:  # noqa: BLE001 - a strategy refimpl lacks is reported, the others still run
         print(f"{model:6s} {name:34s} {not_available(exc)}", file=out, flush=True)
         return False
-    final = float(np.mean([r[0][-1] for r in results]))
-    peak, acts = max(r[1] for r in results), max(r[4] for r in results)
-    step_time = max(r[2] for r in results)
-    print(f"{model:6s} {name:34s} final loss {final:9.5f} (one device {base_losses[-1]:9.5f}, "
-          f"diff {final - base_losses[-1]:+.2e})  peak {peak / 1024:8.1f} KiB ({peak / max(base_peak, 1):4.2f}x, "
-          f"activations {acts / 1024:.1f} KiB vs {base_acts / 1024:.1f})  "
-          f"step {step_time * 1e3:7.2f} ms ({step_time / max(base_time, 1e-9):4.2f}x)  "
-          f"applied {results[0][3]}  [{note(model, opts, nranks, results[0][5])}]", file=out, flush=True)
+    final, b = float(np.mean([r["losses"][-1] for r in results])), base["losses"][-1]
+    peak, acts, step_time = (max(r[k] for r in results) for k in ("peak", "acts", "time"))
+    print(f"{model:6s} {name:34s} final loss {final:9.5f} (one device {b:9.5f}, "
+          f"diff {final - b:+.2e})  peak {peak / 1024:8.1f} KiB ({peak / max(base['peak'], 1):4.2f}x, "
+          f"activations {acts / 1024:.1f} KiB vs {base['acts'] / 1024:.1f})  "
+          f"step {step_time * 1e3:7.2f} ms ({step_time / max(base['time'], 1e-9):4.2f}x)  "
+          f"applied {results[0]['applied']}  [{note(model, opts, nranks, results[0]['facts'])}]", file=out, flush=True)
+    print("       " + "; ".join(
+        f"{label} per rank {' '.join(f'{r[k] / 1024:.1f}' for r in results)} KiB "
+        f"({max(r[k] for r in results) / max(base[k], 1):.2f}x one device's {base[k] / 1024:.1f})"
+        for k, label in (("params", "parameters"), ("opt", "optimizer state"))), file=out, flush=True)
     return True
 
 
@@ -311,6 +368,8 @@ def note(model, opts, nranks, facts):
                      "fleet inserts no collective under it (as Paddle 3.3.1): ranks train alone")
     if model == "lenet" and nranks > 1:
         notes.append("batch norm normalizes each rank's slice: not exact by design")
+    if (opts.get("lamb") or opts.get("lars")) and degree(opts, "tp") > 1:
+        notes.append("trust ratios from each shard's own norms (as Paddle's): not exact by design")
     return "; ".join(notes) or "exact: float32 rounding"
 
 
@@ -334,23 +393,38 @@ def main(argv=None, out=None):
     out = out or sys.stdout
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=sorted(MODELS), default="gpt")
-    p.add_argument("--ranks", type=int, default=1, help="in-process ranks (under mpiexec: the MPI ranks)")
+    p.add_argument("--ranks", type=int, default=None,
+                   help="in-process ranks (default: the product of the degrees; under mpiexec: the MPI ranks)")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--recompute", action="store_true")
     p.add_argument("--amp", choices=["fp16", "bf16"])
     for flag in ("lamb", "lars", "dgc", "localsgd", "adaptive-localsgd", "fp16-allreduce"):
         p.add_argument(f"--{flag}", action="store_true")
     p.add_argument("--gradient-merge", type=int, default=0, metavar="K")
+    for flag, what in (("tp", "tensor-parallel"), ("sharding", "ZeRO sharding"), ("dp", "data-parallel"),
+                       ("pp", "pipeline (not available)")):
+        p.add_argument(f"--{flag}", type=int, default=None, metavar="N", help=f"the {what} degree")
     p.add_argument("--compare-all", action="store_true", help="every strategy on both models")
     p.add_argument("--backend", choices=["numpy", "cuda"], default=None)
     args = p.parse_args(argv)
     if args.backend:
         paddle.set_backend(args.backend)
+    import refimpl.distributed as dist
     if under_mpi():
-        import refimpl.distributed as dist
         dist.init_parallel_env()
-    opts = {k: getattr(args, k) for k in ("recompute", "amp", "lamb", "lars", "dgc", "localsgd",
-                                          "adaptive_localsgd", "fp16_allreduce", "gradient_merge")}
+    opts = {k: getattr(args, k) for k in ("recompute", "amp", "lamb", "lars", "dgc", "localsgd", "adaptive_localsgd",
+                                          "fp16_allreduce", "gradient_merge", "tp", "sharding", "dp", "pp")}
+    parallel = {k: opts.pop(k) for k in ("tp", "sharding", "dp", "pp") if opts[k] is not None}
+    if parallel and args.compare_all:
+        raise InvalidArgument(f"--compare-all runs the data-parallel strategies only; drop {sorted(parallel)}")
+    if args.ranks is None:
+        args.ranks = int(np.prod([v for k, v in parallel.items() if k != "pp"] or [1]))
+    layout(dict(parallel), dist.get_world_size() if inside_ranks() else args.ranks)  # bad degrees: stop here
+    if degree(parallel, "tp") > 1:
+        if args.model != "gpt":
+            raise InvalidArgument(f"--tp {parallel['tp']}: only --model gpt has a tensor-parallel layout")
+        gpt_parallel.check_sizes(GPT["vocab"], GPT["dim"], GPT["heads"], degree(parallel, "tp"))
+    opts.update(parallel)
     runs = [(m, o) for m in sorted(MODELS) for o in ALL] if args.compare_all else [(args.model, opts)]
     for model, o in runs:
         compare(model, o, args.ranks, args.steps, out)

@@ -35,6 +35,10 @@ HYBRID = {"sharding_segment_strategy": "segment_broadcast_MB", "segment_broadcas
           "sharding_degree": 2, "dp_degree": 2, "hybrid_dp": True, "gradient_merge_acc_step": 1, "mp_degree": 1}
 FOUR = "127.0.0.1:36001,127.0.0.1:36002,127.0.0.1:36003,127.0.0.1:36004"
 TWO = "127.0.0.1:36001,127.0.0.1:36002"
+EIGHT = ",".join(f"127.0.0.1:{36001 + i}" for i in range(8))
+MP = {"sharding_segment_strategy": "segment_broadcast_MB", "segment_broadcast_MB": 0.2, "segment_anchors": None,
+      "sharding_degree": 2, "hybrid_dp": False, "gradient_merge_acc_step": 1, "mp_degree": 2}
+MP_DP = dict(MP, dp_degree=2, hybrid_dp=True)
 
 AMP = {"amp": True, "amp_configs": AMP_CONFIGS}
 PURE_FP16 = {"amp": True, "amp_configs": dict(AMP_CONFIGS, use_pure_fp16=True, use_fp16_guard=False)}
@@ -73,7 +77,35 @@ CASES = {
     "hydp": (3, FOUR, HYBRID, {"fuse_all_reduce_ops": False}, {}),
     "hydpfuse": (3, FOUR, dict(HYBRID, segment_broadcast_MB=0.1), {"fuse_all_reduce_ops": True,
                                                                     "fuse_grad_size_in_MB": 2}, {}),
+    # sharding inside tensor parallelism: Paddle's test_sharding_with_mp (the plain net), then the net of
+    # ``paddle.distributed.split`` layers (``split``: see ``_forward``) with the strategies of part 1
+    "mp": (3, FOUR, MP, {}, {}),
+    "mp+amp+clip": (3, FOUR, MP, AMP, {"clip": True}),
+    "mp+split": (3, FOUR, MP, {}, {"split": True}),
+    "mp+split+adam+clip": (2, FOUR, MP, {}, {"split": True, "adam": True, "clip": True}),
+    "mp+split+amp+recompute": (1, FOUR, MP, dict(AMP, recompute=True, recompute_configs={
+        "checkpoints": ["relu_0.tmp_0", "relu_1.tmp_0"]}), {"split": True}),
+    "mp+split3": (3, FOUR, MP, {}, {"split": 3}),
+    # mp alone (sharding_degree 1): the flag and the global norm synced over the mp ring, by mp rank 1
+    "mp-only+amp+clip": (1, TWO, dict(MP, sharding_degree=1), AMP, {"split": True, "clip": True}),
+    "mp+dp": (5, EIGHT, MP_DP, {"fuse_all_reduce_ops": False}, {}),
+    "mp+dp+split+clip": (6, EIGHT, MP_DP, {"fuse_all_reduce_ops": False}, {"split": True, "clip": True}),
 }
+
+
+def _forward(paddle, x, split):
+    """fc 64 tanh, fc 256 tanh; ``split``: a column-parallel linear (32, 64) and a row-parallel linear
+    (64, 256), each followed by relu (3.3.1's legacy IR has no static ``paddle.tanh``), over the 2 ranks of
+    the model-parallel ring."""
+    if not split:
+        h = paddle.static.nn.fc(x=x, size=64, activation="tanh")
+        return paddle.static.nn.fc(x=h, size=256, activation="tanh")
+    h = paddle.distributed.split(x, (32, 64), "linear", axis=1, num_partitions=2, gather_out=False)
+    h = paddle.nn.functional.relu(h)
+    h = paddle.nn.functional.relu(paddle.distributed.split(h, (64, 256), "linear", axis=0, num_partitions=2))
+    if split == 3:  # and a column-parallel linear (256, 8) gathered: a c_identity whose gradient is needed
+        h = paddle.distributed.split(h, (256, 8), "linear", axis=1, num_partitions=2, gather_out=True)
+    return h
 
 
 def build(paddle, case):
@@ -87,8 +119,7 @@ def build(paddle, case):
         fleet.init(fleet.PaddleCloudRoleMaker(is_collective=True))
         x = paddle.static.data(name="x", shape=[-1, 32], dtype="float32")
         y = paddle.static.data(name="y", shape=[-1, 1], dtype="int64")
-        h = paddle.static.nn.fc(x=x, size=64, activation="tanh")
-        h = paddle.static.nn.fc(x=h, size=256, activation="tanh")
+        h = _forward(paddle, x, extras.get("split"))
         pred = paddle.static.nn.fc(x=[h], size=2, activation="softmax")
         cost = paddle.nn.functional.cross_entropy(input=pred, label=y, reduction="none", use_softmax=False)
         loss = paddle.mean(x=cost)

@@ -67,14 +67,18 @@ def build_pipeline(main: Program, startup: Program, loss: Union[Variable, str], 
                    num_micro_batches: int, vpp_degree: int = 1, cuts: Optional[Sequence[int]] = None,
                    split_backward: bool = False, program_runtimes: Optional[Dict[str, float]] = None,
                    ring_offset: int = 0, dp_degree: int = 1, dp_ring: Optional[int] = None,
-                   update_every: int = 1) -> Pipeline:
+                   update_every: int = 1, mp_ring: Optional[int] = None) -> Pipeline:
     """Every rank's Plan for ``schedule``; ``main``/``startup`` are left untouched.
 
     With ``dp_degree > 1`` each optimizer job first all-reduces (ring
     ``dp_ring``) and averages the accumulated gradients over the replicas;
     with ``update_every = k > 1`` the update happens on every k-th run only
     (gradient merge across runs). ``ring_offset`` gives this pipeline's
-    transfers rings of their own.
+    transfers rings of their own. With ``mp_ring`` (tensor parallelism: the
+    ring of this stage's model-parallel group), AMP's found-inf flag is
+    also max-reduced over that ring, as the shards of one stage hold
+    different gradients (Paddle's sharding hybrid mode syncs it over its mp
+    ring the same way).
     """
     if schedule not in SCHEDULES:
         raise InvalidArgument(f"unknown pipeline schedule {schedule!r}; choose one of {list(SCHEDULES)}")
@@ -85,7 +89,7 @@ def build_pipeline(main: Program, startup: Program, loss: Union[Variable, str], 
     main, startup = main.clone(), startup.clone()
     merged = accumulate_gradients(main, startup, num_micro_batches * update_every, avg=True)
     chunks = partition(main, pp_degree, vpp_degree, cuts, stage_map_for(schedule), ring_offset)
-    hook = _optimizer_hook(startup, [m for _, m in merged], dp_degree, dp_ring, update_every)
+    hook = _optimizer_hook(startup, [m for _, m in merged], dp_degree, dp_ring, update_every, mp_ring)
     plans = []
     for rank in range(pp_degree):
         attrs = _schedule_attrs(schedule, pp_degree, rank, num_micro_batches, vpp_degree, split_backward,
@@ -103,13 +107,15 @@ def build_pipeline(main: Program, startup: Program, loss: Union[Variable, str], 
     return Pipeline(plans, startup, loss_name, schedule, pp_degree, num_micro_batches, rings)
 
 
-def _optimizer_hook(startup, merge_names, dp_degree, dp_ring, update_every):
+def _optimizer_hook(startup, merge_names, dp_degree, dp_ring, update_every, mp_ring=None):
     """The scheduler pass's ``job_program_hook``: data-parallel sync and every-k update of ``optimizer``."""
     def hook(job_type, program):
         if job_type != "optimizer":
             return program
         if dp_degree > 1:
             add_dp_sync(program, merge_names, dp_degree, dp_ring)
+        if mp_ring is not None:
+            add_model_parallel_flag_sync(program, mp_ring)
         return update_every_k(program, startup, update_every) if update_every > 1 else program
     return hook
 
@@ -126,6 +132,17 @@ def add_dp_sync(program: Program, merge_names: Iterable[str], dp_degree: int, ri
         block._insert_op(at + 1, type="scale", inputs={"X": [name]}, outputs={"Out": [name]},
                          attrs={"scale": 1.0 / dp_degree, "op_role": OpRole.Optimize})
         at += 2
+
+
+def add_model_parallel_flag_sync(program: Program, ring_id: int) -> None:
+    """After each all-reduce of AMP's found-inf flag over the stages, the same max over ``ring_id``."""
+    block = program.global_block()
+    for i in reversed(range(len(block.ops))):
+        op = block.ops[i]
+        if op.type == "c_allreduce_max" and op.input("X")[0].endswith("@CAST_INT32"):
+            block._insert_op(i + 1, type="c_allreduce_max", inputs={"X": op.input("X")},
+                             outputs={"Out": op.output("Out")},
+                             attrs={"ring_id": ring_id, "use_calc_stream": True, "op_role": OpRole.Optimize})
 
 
 def update_every_k(program: Program, startup: Program, k: int) -> Program:

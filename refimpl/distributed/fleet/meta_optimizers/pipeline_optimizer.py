@@ -16,6 +16,24 @@ runs. With ``pipeline_configs["micro_batch_size"]`` given, a fed batch must
 have ``micro_batch_size x accumulate_steps`` rows (Paddle sizes its receive
 buffers from it; refimpl raises InvalidArgument before any job runs, where
 it would otherwise split the batch into micro-batches of another size).
+
+Tensor parallelism inside the stages (``mp`` > 1: ``hybrid_configs
+["mp_degree"]`` and / or ``tensor_parallel_configs
+["tensor_parallel_degree"]`` with ``tensor_parallel`` on): the program's
+``fleet.meta_parallel`` layers hold the tensor-parallel ops on ring 0; the
+world is dp x pp x mp in Paddle's order (``pipeline/hybrid.py``), every
+(dp rank, mp rank) has its own pipe and transfer rings, ring 0 is bound to
+the stage's model group, the optimizer job averages over the (stage, mp
+rank)'s data group, AMP's found-inf flag is also reduced over the model
+group, and the startup broadcasts each stage's parameters over the model
+group (all but ``split``'s marked shards) and the data group. Paddle 3.3.1's
+compiler chains ``PipelineOptimizer`` alone for ``pipeline`` +
+``tensor_parallel`` (neither is in the other's white list; the pipeline
+comes first) and reports ``tensor_parallel`` off, and its legacy pipeline
+hard-codes ``mp_degree`` 1, leaving ring 0 without a communicator (its tp x pp
+path is ShardingOptimizer's hybrid mode): refimpl keeps Paddle's chain and
+report, and runs the tensor-parallel stages (an addition).
+
 Difference: Paddle's legacy pipeline program (its section programs and
 ring layout) is not reproduced: refimpl runs its own Plan with the same
 numbers. ``program._pipeline_opt`` reads like Paddle's dict for the keys
@@ -29,6 +47,7 @@ import numpy as np
 
 from refimpl.core.errors import InvalidArgument
 from refimpl.distributed.communication import context
+from refimpl.distributed.pipeline.hybrid import MODEL_RING, HybridLayout, broadcast_stage_params
 from refimpl.distributed.pipeline.partition import even_cuts, join_programs
 from refimpl.distributed.pipeline.runner import build_pipeline
 from refimpl.executor.plan_executor import PlanExecutor
@@ -46,6 +65,8 @@ if TYPE_CHECKING:
 
 _RING_BASE = 10000  # transfer rings of replica d: _RING_BASE + d * _RING_STRIDE + ...
 _RING_STRIDE = 1000
+#: the tensor-parallel ops (refimpl/ops/model_parallel_ops.py) that communicate over the model-parallel ring
+_MP_OPS = ("c_identity", "c_concat", "c_split", "mp_allreduce_sum", "c_softmax_with_cross_entropy")
 _VPP_DEGREE = 2      # chunks per stage for VPP / ZBVPP (pipeline_configs has no key for it)
 
 
@@ -59,66 +80,81 @@ def _marked(main, stages):
     return bool(marks)
 
 
-def _topology(rank, dp, pp, fleet):
-    """(dp index, stage, pipe groups [ranks per replica], dp rings {stage: ring})."""
+def _layout(rank: int, dp: int, pp: int, mp: int, fleet: Optional[Fleet]) -> HybridLayout:
+    """This rank's place in dp x pp x mp: fleet's hybrid group when it has these degrees, else Paddle's order."""
     from refimpl.distributed.fleet.base.topology import HybridCommunicateGroup
-    ctx = context.current()
     hcg = None
     if fleet is not None:
         try:
             hcg = fleet.get_hybrid_communicate_group()
         except AssertionError:  # fleet.init was not called: no topology yet
             hcg = None
-    if isinstance(hcg, HybridCommunicateGroup) and hcg.get_pipe_parallel_world_size() == pp:
-        topo = hcg.topology()
-        pipes = [sorted(g) for g in topo.get_comm_list("pipe")]
-        d, stage = hcg.get_data_parallel_rank(), hcg.get_stage_id()
-        dp_ring = hcg.get_data_parallel_group().id if dp > 1 else None
-        return d, stage, pipes, dp_ring
-    pipes = [[d * pp + s for s in range(pp)] for d in range(dp)]
-    d, stage = divmod(rank, pp)
-    dp_ring = None
-    if dp > 1:  # one ring per stage, created by every rank in the same order
-        for s in range(pp):
-            ring = _RING_BASE - 1 - s
-            if ring not in ctx.groups and _can_host(ctx, dp * pp):
-                ctx.add_group(ring, [dd * pp + s for dd in range(dp)])
-        dp_ring = _RING_BASE - 1 - stage
-    return d, stage, pipes, dp_ring
-
-
-def _can_host(ctx: Any, world: int) -> bool:
-    """Whether this rank context's world has the ``world`` ranks the pipeline's rings name.
-
-    A lone process building the program of one trainer among several (as Paddle's unit tests do) has
-    not: the rings are then left out, and running that program raises NotFound naming the ring.
-    """
-    return ctx.world_size >= world
+    if isinstance(hcg, HybridCommunicateGroup) and (hcg.get_pipe_parallel_world_size(),
+                                                    hcg.get_model_parallel_world_size()) == (pp, mp):
+        return HybridLayout.from_hcg(hcg)
+    layout = HybridLayout(rank, dp, pp, mp)
+    layout.create_data_rings(_RING_BASE)  # one ring per (stage, mp rank), created by every rank in order
+    return layout
 
 
 def apply_pipeline(main: Program, startup: Program, loss: Variable, configs: Dict[str, Any], rank: int,
-                   dp: int, pp: int, k_steps: int, fleet: Optional[Fleet] = None) -> Pipeline:
+                   dp: int, pp: int, k_steps: int, fleet: Optional[Fleet] = None, mp: int = 1,
+                   layout: Optional[HybridLayout] = None, bind_model_ring: bool = True,
+                   broadcast_params: Optional[bool] = None, flag_ring: Optional[int] = MODEL_RING) -> Pipeline:
+    """Make ``main`` this rank's pipeline (see the module docstring); also the entry point of hybrid callers.
+
+    ``dp`` x ``pp`` x ``mp`` ranks (``mp`` > 1: the program holds tensor-parallel ops on ring 0, made by
+    ``fleet.meta_parallel``'s layers or ``paddle.distributed.split``); ``layout`` (default: from fleet's
+    hybrid group, else Paddle's rank order) says which ranks form each pipe / data / model group. Each pipe
+    gets transfer rings of its own, the optimizer job averages the gradients over this rank's data group,
+    ring 0 is bound to its model group (``bind_model_ring``), and with ``broadcast_params`` (default: when
+    ``mp`` or ``dp`` > 1) the startup program broadcasts this stage's parameters from the first rank of its
+    model group (those not ``is_distributed``) and of its data group (all), as Paddle's meta-optimizers do. With
+    ``mp`` > 1, AMP's found-inf flag is also max-reduced over ``flag_ring`` (default ring 0, the model
+    group; None: not).
+    """
     schedule = configs.get("schedule_mode", "1F1B")
     m = int(configs.get("accumulate_steps", 1))
     if m < 1:
         raise InvalidArgument(f"pipeline_configs.accumulate_steps must be >= 1, got {m}")
     vpp = _VPP_DEGREE if schedule in ("VPP", "ZBVPP") else 1
-    d, stage, pipes, dp_ring = _topology(rank, dp, pp, fleet)
+    layout = layout or _layout(rank, dp, pp, mp, fleet)
+    if (layout.dp, layout.pp, layout.mp) != (dp, pp, mp):
+        raise InvalidArgument(f"apply_pipeline: the layout {layout} does not have dp_degree {dp}, pp_degree {pp}, "
+                              f"mp_degree {mp}")
+    stage = layout.stage
     cuts = None if _marked(main, pp * vpp) else even_cuts(main, pp * vpp)
-    offset = _RING_BASE + d * _RING_STRIDE
+    offset = _RING_BASE + layout.pipe_index * _RING_STRIDE
     pipeline = build_pipeline(main, startup, loss, schedule, pp, m, vpp, cuts, ring_offset=offset,
-                              dp_degree=dp, dp_ring=dp_ring, update_every=k_steps)
+                              dp_degree=dp, dp_ring=layout.dp_ring, update_every=k_steps,
+                              mp_ring=flag_ring if mp > 1 else None)
     ctx = context.current()
-    relative = [r - offset for r in pipeline.rings]  # the same layout in every replica
-    for dd, ranks in enumerate(pipes):  # every rank creates every replica's rings, in the same order
+    relative = [r - offset for r in pipeline.rings]  # the same layout in every pipe
+    for i, ranks in enumerate(layout.pipes):  # every rank creates every pipe's rings, in the same order
         for r in relative:
-            ring = _RING_BASE + dd * _RING_STRIDE + r
-            if ring not in ctx.groups and _can_host(ctx, dp * pp):
+            ring = _RING_BASE + i * _RING_STRIDE + r
+            if ring not in ctx.groups and layout.can_host():
                 ctx.add_group(ring, ranks)
+    if bind_model_ring:
+        layout.bind_model_ring()
     _extend_startup(startup, pipeline.startup)
+    if broadcast_params if broadcast_params is not None else (mp > 1 or dp > 1):
+        _broadcast_stage_params(startup, pipeline, layout)
     mbs = configs.get("micro_batch_size")
     main._pipeline_opt = PipelineRun(pipeline, stage, None if mbs is None else int(mbs), schedule)
+    main._pipeline_opt.layout = layout
     return pipeline
+
+
+def _broadcast_stage_params(startup: Program, pipeline: Pipeline, layout: HybridLayout) -> None:
+    """This stage's parameters from rank 0 of its model group (all but split's shards), then of its data group."""
+    plan = pipeline.plans[layout.stage]
+    owned = sorted({n for t in plan.job_types() for n, v in plan.program(t).global_block().vars.items()
+                    if v.is_parameter})
+    if layout.mp > 1:
+        broadcast_stage_params(startup, owned, MODEL_RING, skip_distributed=True)
+    if layout.dp > 1:
+        broadcast_stage_params(startup, owned, layout.dp_ring, skip_distributed=False)
 
 
 def _given_pipeline_configs(strategy: Any) -> Dict[str, Any]:
@@ -163,6 +199,7 @@ class PipelineRun:
         self.schedule_mode = schedule_mode
         self.plan = pipeline.plans[stage]
         self.executor: Optional[PlanExecutor] = None
+        self.layout: Optional[HybridLayout] = None  # set by apply_pipeline: the pipe / data / model groups
         self._section: Optional[Program] = None
 
     def keys(self) -> List[str]:
@@ -253,23 +290,56 @@ class PipelineOptimizer(MetaOptimizerBase):
         dist_strategy.pipeline = True
         dist_strategy.pipeline_configs = {"micro_batch_size": 1, "accumulate_steps": 1, "schedule_mode": "1F1B"}
 
-    def _degrees(self, main: Program) -> Tuple[int, int]:
+    def _mp_degree(self) -> int:
+        """The tensor-parallel degree of the program's ring-0 ops: ``hybrid_configs["mp_degree"]`` and / or
+        ``tensor_parallel_configs["tensor_parallel_degree"]`` (with ``tensor_parallel`` on); they must agree."""
+        s = self.user_defined_strategy
+        hybrid = int(s.hybrid_configs.get("mp_degree", 1) or 1)
+        tp = int(s.tensor_parallel_configs["tensor_parallel_degree"]) if s.tensor_parallel else 1
+        if hybrid > 1 and tp > 1 and hybrid != tp:
+            raise InvalidArgument(f"pipeline: hybrid_configs['mp_degree'] ({hybrid}) and "
+                                  f"tensor_parallel_configs['tensor_parallel_degree'] ({tp}) must be equal")
+        return max(hybrid, tp)
+
+    def _degrees(self, main: Program) -> Tuple[int, int, int]:
+        """(dp, pp, mp), checked against the number of workers before anything is built."""
         from refimpl.distributed.pipeline.partition import _device_stage
         world = self.role_maker._worker_num()
         hc = self.user_defined_strategy.hybrid_configs
+        mp = self._mp_degree()
         pp = int(hc.get("pp_degree", 1) or 1)
         if pp <= 1:
             marks = {_device_stage(op) for op in main.global_block().ops} - {None}
-            pp = len(marks) if marks else world
-        if world % pp != 0:
-            raise InvalidArgument(f"pipeline: {world} workers cannot hold whole pipelines of {pp} stages")
+            pp = len(marks) if marks else world // mp if world % mp == 0 else world
+        if world % (pp * mp) != 0:
+            raise InvalidArgument(f"pipeline: {world} workers cannot hold whole pipelines of {pp} stages"
+                                  + (f" x mp_degree {mp}" if mp > 1 else ""))
         dp = int(hc.get("dp_degree", -1))
         if dp in (-1, 0):
-            dp = world // pp
-        if dp * pp != world:
-            raise InvalidArgument(f"hybrid_configs: dp_degree ({dp}) x pp_degree ({pp}) must equal the number "
-                                  f"of workers ({world})")
-        return dp, pp
+            dp = world // (pp * mp)
+        if dp * pp * mp != world:
+            raise InvalidArgument(f"hybrid_configs: dp_degree ({dp}) x pp_degree ({pp})"
+                                  + (f" x mp_degree ({mp})" if mp > 1 else "")
+                                  + f" must equal the number of workers ({world})")
+        return dp, pp, mp
+
+    def _check_model_parallel_ops(self, main: Program, mp: int) -> None:
+        """InvalidArgument when the program's tensor-parallel ops were built for another degree than ``mp``."""
+        where = (f"pipeline: the model-parallel degree is {mp} (hybrid_configs['mp_degree'] / "
+                 f"tensor_parallel_configs['tensor_parallel_degree'] with tensor_parallel on)")
+        for i, op in enumerate(main.global_block().ops):
+            built = None
+            if op.type == "c_embedding":
+                rows = main.global_block()._find_var_recursive(op.input("W")[0]).shape[0]
+                vocab = int(op.attr("vocab_size"))
+                built = vocab // max(int(rows), 1) if vocab >= 0 else None
+            elif op.type in _MP_OPS and op.has_attr("nranks"):
+                built = int(op.attr("nranks"))
+            elif op.type in _MP_OPS and mp == 1 and op.attr("ring_id") == MODEL_RING:
+                raise InvalidArgument(f"{where}, but op {i} ({op.type}) communicates over ring 0, the "
+                                      f"model-parallel ring: set tensor_parallel and its degree")
+            if built is not None and built != mp:
+                raise InvalidArgument(f"{where}, but op {i} ({op.type}) was built for {built} model-parallel ranks")
 
     def minimize_impl(self, loss: Variable, startup_program: Optional[Program] = None,
                       parameter_list: Optional[Sequence[Any]] = None,
@@ -277,8 +347,9 @@ class PipelineOptimizer(MetaOptimizerBase):
         from refimpl.framework.program import default_startup_program
         startup = startup_program or default_startup_program()
         main = loss.block.program
-        dp, pp = self._degrees(main)
+        dp, pp, mp = self._degrees(main)
+        self._check_model_parallel_ops(main, mp)
         optimize_ops, params_grads = self.inner_opt.minimize(loss, startup, parameter_list, no_grad_set)
         self.pipeline = apply_pipeline(main, startup, loss, _given_pipeline_configs(self.user_defined_strategy),
-                                       self.role_maker._worker_index(), dp, pp, 1, self.fleet)
+                                       self.role_maker._worker_index(), dp, pp, 1, self.fleet, mp=mp)
         return optimize_ops, params_grads

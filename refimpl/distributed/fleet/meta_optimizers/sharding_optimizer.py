@@ -18,15 +18,32 @@ LAMB and ASP. ``minimize``:
    and sharding's gradient merge (``sharding/gradient_merge.py``); with dp
    broadcasts every parameter from dp rank 0 in startup.
 
+With ``mp_degree > 1`` (sharding inside tensor parallelism: the model's
+``paddle.distributed.split`` ops on ring 0) the programs are Paddle's: the mp
+ring is brought up first, the AMP found-inf flag and the global norm are
+combined over the mp ring too, and startup broadcasts the parameters that are
+not split's shards over the mp ring (all of them over the dp ring); one
+exception, where Paddle 3.3.1's pruning drops gradients (see
+``sharding/prune_program.py``).
+
+With ``pp_degree > 1`` (and ``strategy.pipeline``) refimpl does not write
+Paddle's section programs: the program becomes refimpl's pipeline Plan
+(``pipeline_optimizer.apply_pipeline``, the ranks of one stage's sharding x mp
+group as its innermost axis) and each stage's optimizer job is sharded over the
+stage's sharding group (``sharding/pipeline_sharding.py``: ZeRO-1, parameters
+whole). There ``gradient_merge_acc_step > 1``, ``optimize_offload`` /
+``optimize_cast``, ``_dp_as_optimizer_sharding``, AMP and gradient clipping
+raise Unimplemented naming the option.
+
 refimpl additions: :meth:`_check_configs` rejects bad configs with typed
-errors before anything is built (the same on every rank), and ``minimize``
+errors before anything is built (the same on every rank), among them
+model-parallel ops built for another degree than ``mp_degree``
+(``sharding/config_checks.py``), and ``minimize``
 binds the program's ring ids to refimpl's world-wide groups
 (``program_rings.bind_rings``; a lone process building one trainer's program,
-as Paddle's unit tests do, binds nothing). Differences: ``mp_degree`` /
-``pp_degree`` > 1 (sharding inside tensor or pipeline parallelism) raise
-Unimplemented naming the option, and the optimizer sharding of
-``_dp_as_optimizer_sharding`` (pipeline only) is not written; the ``main_sharding_N`` debug files Paddle writes are not
-written; ``ThreadShardingOptimizer`` is not here. With sharding x dp and
+as Paddle's unit tests do, binds nothing). Differences: the
+``main_sharding_N`` debug files Paddle writes are not written;
+``ThreadShardingOptimizer`` is not here. With sharding x dp and
 ``gradient_merge_acc_step > 1`` Paddle 3.3.1 fails to build (its merge
 block's ``all_reduce`` is given slot ``X``: "Input x not found"); refimpl
 writes the ``all_reduce`` Paddle meant (slot ``x``), as Paddle's unit test
@@ -45,6 +62,7 @@ from ..utils.log_util import logger
 from . import program_rings
 from .collective_helper import init_communicator
 from .meta_optimizer_base import MetaOptimizerBase, ParamsGrads
+from .sharding.config_checks import check_model_parallel_ops, check_pipeline_configs
 from .sharding.fp16_helper import FP16Utils
 from .sharding.gradient_clip_helper import GradientClipHelper
 from .sharding.gradient_merge import GradientMergeMixin
@@ -56,6 +74,8 @@ from .sharding.shard import Shard
 from .sharding.utils import OP_ROLE_KEY, insert_scale_loss_grad_ops
 
 _SEGMENT_STRATEGIES = ("segment_broadcast_MB", "segment_anchors")
+#: sharding x pp: the pipeline's data rings (one per stage x sharding x mp rank) count down from here
+_PIPELINE_DP_RING_BASE = 9000
 
 
 class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptimizerBase):
@@ -122,14 +142,14 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
         if degrees["pp_degree"] > 1 and not self.user_defined_strategy.pipeline:
             raise InvalidArgument(f"sharding_configs['pp_degree'] = {degrees['pp_degree']} needs strategy.pipeline "
                                   "= True (Paddle asserts it)")
-        for k in ("mp_degree", "pp_degree"):
-            if degrees[k] > 1:
-                raise Unimplemented(f"sharding_configs['{k}'] = {degrees[k]}: sharding combined with "
-                                    f"{'tensor' if k == 'mp_degree' else 'pipeline'} parallelism is not "
-                                    "implemented in refimpl")
-        if degrees["dp_degree"] > 1 and degrees["sharding_degree"] <= 1:
+        if degrees["pp_degree"] > 1:
+            check_pipeline_configs(c, degrees["pp_degree"], self.user_defined_strategy,
+                                   self.user_defined_optimizer)
+        check_model_parallel_ops(loss, degrees["mp_degree"])
+        if degrees["dp_degree"] > 1 and degrees["sharding_degree"] <= 1 and degrees["pp_degree"] <= 1:
             raise InvalidArgument(f"sharding_configs: dp_degree = {degrees['dp_degree']} with sharding_degree = 1; "
-                                  "hybrid dp needs sharding_degree > 1 (Paddle supports sharding_hybrid_dp only)")
+                                  "hybrid dp needs sharding_degree > 1 or pp_degree > 1 (Paddle's sharding_hybrid_dp / "
+                                  "pp_hybrid_dp)")
         if int(c["gradient_merge_acc_step"]) < 1:
             raise InvalidArgument(f"sharding_configs['gradient_merge_acc_step'] = {c['gradient_merge_acc_step']}: "
                                   "must be at least 1")
@@ -188,6 +208,8 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
         self._get_hybrid_dp_mode()
         self._build_groups()
         program_rings.bind_rings(self._groups.world_rings())
+        if self.pp_degree > 1:
+            return self._minimize_with_pipeline(loss, startup_program, parameter_list, no_grad_set)
         optimize_ops, params_grads = self._inner_opt_minimize(loss, startup_program, parameter_list, no_grad_set)
         self._init_comm()
         self._apply_sharding_pass(params_grads)
@@ -197,6 +219,37 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
         self._sharding_gradient_merge()
         self._initialization_broadcast()
         self._recreate_not_persist_param_as_var()
+        return optimize_ops, params_grads
+
+    def _minimize_with_pipeline(self, loss: Any, startup_program: Optional[Any], parameter_list: Any,
+                                no_grad_set: Any) -> Tuple[List[Any], ParamsGrads]:
+        """sharding x pp (x mp x dp): refimpl's pipeline Plan, its optimizer job sharded over the stage's
+        sharding group (``sharding/pipeline_sharding.py``)."""
+        from refimpl.distributed.pipeline.hybrid import HybridLayout, broadcast_stage_params
+        from .pipeline_optimizer import _given_pipeline_configs, apply_pipeline
+        from .sharding.pipeline_sharding import shard_optimizer_job, stage_params
+        optimize_ops, params_grads = self._inner_opt_minimize(loss, startup_program, parameter_list, no_grad_set)
+        self._init_comm()
+        # Paddle's rank order (mp -> sharding -> pp -> dp) is the pipeline's (mp -> pp -> dp) with the
+        # sharding x mp ranks of one stage as its innermost axis
+        inner = self.sharding_degree * self.mp_degree
+        layout = HybridLayout(self.global_rank, self.dp_degree, self.pp_degree, inner)
+        layout.create_data_rings(_PIPELINE_DP_RING_BASE)
+        pipeline = apply_pipeline(self._main_program, self._startup_program, loss,
+                                  _given_pipeline_configs(self.user_defined_strategy), self.global_rank,
+                                  self.dp_degree, self.pp_degree, 1, None, mp=inner, layout=layout,
+                                  bind_model_ring=False, broadcast_params=False)
+        job = pipeline.plans[layout.stage].program("optimizer")
+        params = stage_params(job)
+        if self.sharding_degree > 1:
+            self._shard = shard_optimizer_job(job, self._startup_program, self.sharding_rank, self.sharding_degree,
+                                              self.sharding_ring_id)
+        for degree, ring, skip in ((self.mp_degree, self.mp_ring_id, True),
+                                   (self.sharding_degree, self.sharding_ring_id, False),
+                                   (self.dp_degree, self.dp_ring_id, False)):
+            if degree > 1:  # the replicas of this stage's parameters start alike
+                broadcast_stage_params(self._startup_program, params, ring, skip_distributed=skip)
+        self._pipeline = pipeline
         return optimize_ops, params_grads
 
     def _inner_opt_minimize(self, loss: Any, startup_program: Optional[Any], parameter_list: Any,

@@ -6,6 +6,8 @@ helpers), the AMP / gradient-clip / weight-decay / offload helpers, and
 refimpl's splits of Paddle's 2200-line ``sharding_optimizer.py``:
 ``rings`` (the groups and ring ids), ``segments`` (the program split and the
 broadcast / reduce insertion), ``prune_program`` (pruning of each rank's
-main and startup programs) and ``gradient_merge`` (sharding's own gradient
-merge). The meta-optimizer itself is ``..sharding_optimizer``.
+main and startup programs), ``gradient_merge`` (sharding's own gradient
+merge), ``config_checks`` (the checks of sharding inside tensor / pipeline
+parallelism) and ``pipeline_sharding`` (sharding x pp on refimpl's pipeline
+Plan: each stage's optimizer job sharded). The meta-optimizer itself is ``..sharding_optimizer``.
 """

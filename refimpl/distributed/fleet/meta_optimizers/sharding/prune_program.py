@@ -11,9 +11,20 @@ outputs are all optimizer state of another rank (its update op, and what
 fed only that), and the vars nothing writes any more. Startup program: an op
 writing any var this rank does not keep is removed, then those vars.
 
-Difference: Paddle would prune a ``conditional_block`` reachable from the
-gradients through ``self._is_amp_subblock``, which Paddle 3.3.1 does not
-define (an AttributeError there); refimpl leaves such a block as it is.
+Differences: Paddle 3.3.1 starts the dependencies from every summing
+``all_reduce``, and so, under tensor parallelism (``mp_degree > 1``), from the
+backward ``all_reduce`` on the model-parallel ring that is a ``c_identity``'s
+gradient (Paddle 2.x's ``c_allreduce_sum`` of it carried
+``use_model_parallel=True`` and was left out). From that activation gradient
+the walk reaches the gradients of the parameters before it, and for those
+another rank owns it removes their ``reduce`` and the backward ops computing
+them, leaving a ``c_sync_comm_stream`` that names removed vars: the program
+cannot run (and the owners would miss this rank's share). refimpl leaves the
+model-parallel ring's backward ``all_reduce`` out, as Paddle 2.x did; every
+other program is Paddle's. And Paddle would prune a ``conditional_block``
+reachable from the gradients through ``self._is_amp_subblock``, which Paddle
+3.3.1 does not define (an AttributeError there); refimpl leaves such a block
+as it is.
 """
 from __future__ import annotations
 
@@ -24,7 +35,7 @@ from refimpl.core.reduce_op import ReduceOp
 from .fp16_helper import FP16Utils
 from .gradient_clip_helper import GradientClipHelper
 from .prune import ProgramDeps
-from .utils import is_optimizer_op
+from .utils import is_backward_op, is_optimizer_op
 from .weight_decay_helper import WeightDecayHelper
 
 #: ops the pruning never removes (Paddle's list)
@@ -41,8 +52,11 @@ class PruneMixin:
         FP16Utils.prune_fp16(block, shard, self._reduced_grads_to_param, list(rings))
         GradientClipHelper(None).prune_gradient_clip(block, shard, list(rings))
         reduced_grads: List[str] = []
+        mp_ring = getattr(self, "mp_ring_id", -1)
         for op in block.ops:
             if op.type == "all_reduce" and int(op.attr("reduce_type")) == int(ReduceOp.SUM):
+                if mp_ring >= 0 and int(op.attr("ring_id")) == mp_ring and is_backward_op(op):
+                    continue  # the gradient of a c_identity (see the module docstring), not a reduced grad
                 outs = op.desc.output_arg_names()
                 reduced_grads.append(outs[0])
         pruned_opti_vars = [n for n in list(block.vars) if shard.is_opti_var(n) and not shard.has_opt_var(n)]

@@ -1,0 +1,224 @@
+"""GPT-mini under tensor parallelism: ``refimpl/demo.py``'s ``TinyGPT`` built from fleet's mp layers.
+
+The model of ``TinyGPT`` / ``TransformerBlock`` (token + position embeddings, pre-norm blocks of causal
+self-attention and a 4x MLP with tanh GELU, a final LayerNorm, logits tied to the token embedding) in
+the Megatron-LM layout, with ``paddle.distributed.fleet.meta_parallel``'s layers
+(``refimpl/distributed/fleet/layers/mpu/mp_layers.py``, Paddle's ``fleet/layers/mpu/mp_layers.py``):
+
+* attention: ``q``, ``k``, ``v`` are ``ColumnParallelLinear(dim, dim, gather_output=False)``, so each
+  model-parallel rank holds ``heads / mp`` whole heads (a head is ``head_size`` consecutive columns);
+  the attention of those heads is local; ``o`` is ``RowParallelLinear(dim, dim,
+  input_is_parallel=True)``, whose ``mp_allreduce_sum`` adds the ranks' partial outputs;
+* MLP: ``fc1`` column-parallel (``4 * dim / mp`` columns per rank), ``fc2`` row-parallel;
+* the token embedding is a ``VocabParallelEmbedding`` (rank ``r`` holds rows
+  ``[r V / mp, (r + 1) V / mp)``; ``c_embedding`` + ``mp_allreduce_sum``); the position embedding and the
+  LayerNorms are replicated;
+* tied output layer: the logits are ``c_identity(ln_f(h)) @ tok_shard^T``, i.e. each rank computes the
+  logits of its own vocabulary rows (Megatron's ``parallel_lm_logits``), which is what
+  ``ParallelCrossEntropy`` (``c_softmax_with_cross_entropy``) reads; ``c_identity`` makes the backward
+  all-reduce the gradient of ``ln_f(h)`` over the ranks. The one weight stays tied: its shard gets the
+  gradient of both its uses, and both are local to the shard.
+
+The parameters are created in ``TinyGPT``'s order with the same layer kinds' names
+(``embedding_0.w_0`` tokens, ``embedding_1.w_0`` positions, ``layer_norm_k``, ``linear_k``), so a
+one-device parameter and its tensor-parallel shard share a name. :func:`shard_layout` reads from a
+program which parameters are split and along which axis (``is_distributed`` / ``split_axis``, set by
+the mp layers); :func:`shard_values` cuts one-device values into one model-parallel rank's shards, so a
+tensor-parallel run starts from the one-device run's initial values. With one model-parallel rank the
+plain ``TinyGPT`` is built (the mp layers need fleet's ``'model'`` group).
+
+The last section holds how ``examples/fleet_strategies.py`` lays its ranks out for ``--tp`` /
+``--sharding`` / ``--dp`` / ``--pp`` (checks of the degrees, the strategy switches, which slice of the
+batch a rank trains on).
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional
+
+import numpy as np
+
+import refimpl as paddle
+from refimpl.core.errors import InvalidArgument, Unimplemented
+from refimpl.distributed.fleet import meta_parallel as mpp
+from refimpl.distributed.fleet.layers.mpu import mp_ops
+
+F = paddle.nn.functional
+
+
+class ParallelAttention(paddle.nn.Layer):
+    """``demo.CausalAttention`` with column-parallel ``q``/``k``/``v`` and a row-parallel ``o``."""
+
+    def __init__(self, dim: int, heads: int, seq: int, mp: int) -> None:
+        super().__init__()
+        self.q, self.k, self.v = (mpp.ColumnParallelLinear(dim, dim, has_bias=True, gather_output=False)
+                                  for _ in range(3))
+        self.o = mpp.RowParallelLinear(dim, dim, has_bias=True, input_is_parallel=True)
+        self.local_heads, self.head_size, self.seq = heads // mp, dim // heads, seq
+
+    def _by_head(self, t):  # [N, seq, dim / mp] -> [N, heads / mp, seq, head_size]
+        return paddle.transpose(paddle.reshape(t, [0, 0, self.local_heads, self.head_size]), perm=[0, 2, 1, 3])
+
+    def forward(self, x):
+        q, k, v = (self._by_head(proj(x)) for proj in (self.q, self.k, self.v))
+        scores = paddle.matmul(q, k, transpose_y=True) * (self.head_size ** -0.5)
+        visible = paddle.tril(paddle.ones([self.seq, self.seq], dtype="float32")) > 0.5
+        scores = paddle.where(visible, scores, paddle.full_like(scores, -1e9))
+        mixed = paddle.matmul(F.softmax(scores, axis=-1), v)
+        return self.o(paddle.reshape(paddle.transpose(mixed, perm=[0, 2, 1, 3]), [0, 0, -1]))
+
+
+class ParallelBlock(paddle.nn.Layer):
+    """``demo.TransformerBlock``: ``x + attn(ln1(x))``, then ``+ fc2(gelu(fc1(ln2(.))))``, fc1/fc2 split."""
+
+    def __init__(self, dim: int, heads: int, seq: int, mp: int) -> None:
+        super().__init__()
+        self.ln1, self.attn = paddle.nn.LayerNorm(dim), ParallelAttention(dim, heads, seq, mp)
+        self.ln2 = paddle.nn.LayerNorm(dim)
+        self.fc1 = mpp.ColumnParallelLinear(dim, 4 * dim, has_bias=True, gather_output=False)
+        self.fc2 = mpp.RowParallelLinear(4 * dim, dim, has_bias=True, input_is_parallel=True)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate=True))
+
+
+class ParallelGPT(paddle.nn.Layer):
+    """``demo.TinyGPT`` over ``mp`` model-parallel ranks; ``forward`` gives this rank's vocabulary columns
+    of the logits, ``[N, seq, vocab / mp]``."""
+
+    def __init__(self, vocab: int, seq: int, dim: int, heads: int, layers: int, mp: int) -> None:
+        super().__init__()
+        check_sizes(vocab, dim, heads, mp)
+        self.seq = seq
+        self.tok, self.pos = mpp.VocabParallelEmbedding(vocab, dim), paddle.nn.Embedding(seq, dim)
+        self.blocks = paddle.nn.LayerList([ParallelBlock(dim, heads, seq, mp) for _ in range(layers)])
+        self.ln_f = paddle.nn.LayerNorm(dim)
+        self.mp_group = self.tok.model_parallel_group
+
+    def hidden(self, ids, checkpoints: Optional[list] = None):
+        """The blocks' output (each block's output name appended to ``checkpoints``, for recompute)."""
+        h = self.tok(ids) + self.pos(paddle.arange(self.seq, dtype="int64"))
+        for block in self.blocks:
+            h = block(h)
+            if checkpoints is not None:
+                checkpoints.append(h.name)
+        return h
+
+    def logits(self, h):
+        """The tied output layer: this rank's vocabulary rows of the token embedding times ``ln_f(h)``."""
+        h = mp_ops._c_identity(self.ln_f(h), group=self.mp_group)
+        return paddle.matmul(h, self.tok.weight, transpose_y=True)
+
+    def forward(self, ids):
+        return self.logits(self.hidden(ids))
+
+
+def check_sizes(vocab: int, dim: int, heads: int, mp: int) -> None:
+    """Typed errors, before any layer is made, for sizes the Megatron layout cannot split over ``mp``."""
+    for option, value in (("vocab", vocab), ("heads", heads)):
+        if value % mp:
+            raise InvalidArgument(f"GPT-mini under tensor parallelism: {option}={value} must be divisible by "
+                                  f"the tensor-parallel degree {mp}")
+    if dim % heads:
+        raise InvalidArgument(f"GPT-mini: dim={dim} must be divisible by heads={heads}")
+
+
+def gpt_loss(cfg: Mapping[str, int], mp: int, checkpoints: list):
+    """Build GPT-mini's mean cross entropy in the current programs (``ids`` / ``labels`` data vars);
+    tensor-parallel when ``mp > 1``. Appends the blocks' output names to ``checkpoints``."""
+    vocab, seq = cfg["vocab"], cfg["seq"]
+    ids = paddle.static.data("ids", [None, seq], "int64")
+    labels = paddle.static.data("labels", [None, seq], "int64")
+    flat_labels = paddle.reshape(labels, [-1, 1])
+    if mp <= 1:
+        from refimpl.demo import TinyGPT
+        model = TinyGPT(vocab, seq, cfg["dim"], cfg["heads"], cfg["layers"])
+        h = model.tok(ids) + model.pos(paddle.arange(seq, dtype="int64"))
+        for block in model.blocks:
+            h = block(h)
+            checkpoints.append(h.name)
+        logits = paddle.matmul(model.ln_f(h), model.tok.weight, transpose_y=True)
+        return F.cross_entropy(paddle.reshape(logits, [-1, vocab]), flat_labels)
+    model = ParallelGPT(vocab, seq, cfg["dim"], cfg["heads"], cfg["layers"], mp)
+    logits = model.logits(model.hidden(ids, checkpoints))
+    per_token = mpp.ParallelCrossEntropy()(paddle.reshape(logits, [-1, vocab // mp]), flat_labels)
+    return paddle.mean(per_token)
+
+
+def shard_layout(program) -> Dict[str, Optional[int]]:
+    """{parameter name: the axis its tensor-parallel shards split, or None when it is replicated}."""
+    return {p.name: (int(p.split_axis) if getattr(p, "is_distributed", False) else None)
+            for p in program.global_block().all_parameters()}
+
+
+def shard_values(full: Mapping[str, np.ndarray], layout: Mapping[str, Optional[int]], mp_rank: int,
+                 mp: int) -> Dict[str, np.ndarray]:
+    """Model-parallel rank ``mp_rank``'s values of the parameters in ``layout``, cut from the one-device
+    values ``full`` (contiguous equal slices along the split axis, as the mp layers create them)."""
+    out = {}
+    for name, axis in layout.items():
+        if name not in full:
+            raise InvalidArgument(f"shard_values: the one-device model has no parameter {name!r}")
+        value = np.asarray(full[name])
+        out[name] = value if axis is None else np.split(value, mp, axis=axis)[mp_rank]
+    return out
+
+
+def load_start(scope, program, full: Mapping[str, np.ndarray], mp_rank: int = 0, mp: int = 1) -> int:
+    """Set every parameter of ``program`` this rank holds in ``scope`` (after its startup ran) to its share
+    of the one-device values ``full``: the whole value, or model-parallel rank ``mp_rank``'s shard. A
+    parameter a sharded startup program did not create (another rank owns it) is left alone. Returns how
+    many were set."""
+    layout = {n: axis for n, axis in shard_layout(program).items()
+              if scope.find_var(n) is not None and scope.find_var(n).is_initialized()}
+    for name, value in shard_values(full, layout, mp_rank, mp).items():
+        scope.find_var(name).get_tensor().set(np.ascontiguousarray(value))
+    return len(layout)
+
+
+# ---- how the ranks are laid out: the example's --tp / --sharding / --dp / --pp ----------------------------
+def degree(opts: Mapping, name: str) -> int:
+    """The ``tp`` / ``sharding`` / ``dp`` / ``pp`` degree in ``opts`` (1 when not given)."""
+    return int(opts.get(name) or 1)
+
+
+def layout(opts: dict, nranks: int) -> dict:
+    """Check the degrees in ``opts`` against the world size and set ``opts['dp']`` to what is left when it
+    is not given. Typed errors naming the option, the same on every rank, before any rank starts."""
+    if degree(opts, "pp") > 1:
+        raise Unimplemented(f"--pp {opts['pp']}: the strategies example has no pipeline-stage layout of GPT-mini "
+                            f"(its output layer is tied to the token embedding, which would span the first and "
+                            f"last stage)")
+    for name in ("tp", "sharding", "dp"):
+        if opts.get(name) is not None and int(opts[name]) < 1:
+            raise InvalidArgument(f"--{name} must be >= 1, got {opts[name]}")
+    inner = degree(opts, "tp") * degree(opts, "sharding")
+    given = " x ".join(f"--{k} {opts[k]}" for k in ("tp", "sharding", "dp") if opts.get(k))
+    if not opts.get("dp") and inner > 1:
+        if nranks % inner:
+            raise InvalidArgument(f"{given}: {inner} ranks per data-parallel replica do not divide the world "
+                                  f"size {nranks}")
+        opts["dp"] = nranks // inner
+    if given and inner * degree(opts, "dp") != nranks:
+        raise InvalidArgument(f"{given} = {inner * degree(opts, 'dp')} ranks, but the world size is {nranks}")
+    return opts
+
+
+def set_degrees(strategy, opts: Mapping) -> None:
+    """Turn on ``strategy``'s sharding (``sharding_configs``: ``sharding_degree``, ``mp_degree``,
+    ``dp_degree``: Paddle's hybrid sharding, whose ``mp_degree`` also lays out the model ring) or, without
+    sharding, its ``tensor_parallel`` (the replicas' data-parallel ring then comes from the world size)."""
+    tp, sharding = degree(opts, "tp"), degree(opts, "sharding")
+    if sharding > 1:
+        strategy.sharding = True
+        strategy.sharding_configs = {"sharding_degree": sharding, "mp_degree": tp, "dp_degree": degree(opts, "dp")}
+    elif tp > 1:
+        strategy.tensor_parallel = True
+        strategy.tensor_parallel_configs = {"tensor_parallel_degree": tp}
+
+
+def data_slice(opts: Mapping, rank: int, nranks: int) -> tuple:
+    """(this rank's slice of the batch, how many slices): the ``tp`` neighbours of a rank (one
+    model-parallel group, ``rank // tp``) share a slice; sharding and dp ranks each take their own."""
+    tp = degree(opts, "tp")
+    return rank // tp, max(nranks // tp, 1)
