@@ -145,6 +145,11 @@ def _case_collectives(dist, ctx):
     y = np.ones(5, "float32")
     assert c.all_reduce(y, out=y) is y and y[0] == n
     np.testing.assert_array_equal(c.all_gather(np.array(r)), np.arange(n))
+    z = np.array(float(r + 1))  # 0-d tensors keep their shape (a scalar loss term between stages)
+    assert c.all_reduce(z).shape == c.broadcast(z, 0).shape == c.reduce(z, 0).shape == ()
+    c.send(z, (r + 1) % n)
+    got = c.recv((r - 1) % n)
+    assert got.shape == () and float(got) == float((r - 1) % n + 1)
     for k in range(3):  # ring send/recv, several in flight
         c.send(np.full(3, 10 * r + k, "int64"), (r + 1) % n)
     assert [int(c.recv((r - 1) % n, [3], "int64")[0]) for _ in range(3)] == [10 * ((r - 1) % n) + k for k in range(3)]

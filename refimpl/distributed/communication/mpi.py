@@ -214,7 +214,7 @@ class MPICommunicator(Communicator):
                    out: Optional[np.ndarray] = None) -> np.ndarray:
         op = reduce_op(op)
         inplace = out is not None and out is x and _contiguous(x)
-        x = np.ascontiguousarray(x)
+        x = _c_order(x)
         self._check("all_reduce", (op,), x)
         if x.dtype.char not in _MPI_REDUCIBLE:
             return _into(out, reduce_arrays(list(self._gather(x)), op))
@@ -230,7 +230,7 @@ class MPICommunicator(Communicator):
 
     def broadcast(self, x: np.ndarray, root: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
         check_root(root, self.nranks, self.where("broadcast"))
-        x = np.ascontiguousarray(x)
+        x = _c_order(x)
         self._check("broadcast", (root,), x)
         buf = x if self.rank == root else np.empty(x.shape, x.dtype)
         self._call("broadcast", self.comm.Bcast, buf, root)
@@ -240,7 +240,7 @@ class MPICommunicator(Communicator):
                out: Optional[np.ndarray] = None) -> np.ndarray:
         check_root(root, self.nranks, self.where("reduce"))
         op = reduce_op(op)
-        x = np.ascontiguousarray(x)
+        x = _c_order(x)
         self._check("reduce", (root, op), x)
         if x.dtype.char not in _MPI_REDUCIBLE:
             table = self._gather(x)
@@ -252,13 +252,13 @@ class MPICommunicator(Communicator):
         return _into(out, finish_avg(res, self.nranks) if op == ReduceOp.AVG else res)
 
     def all_gather(self, x: np.ndarray) -> np.ndarray:
-        x = np.ascontiguousarray(x)
+        x = _c_order(x)
         self._check("all_gather", (), x)
         return self._gather(x).reshape(gathered_shape(x.shape, self.nranks))
 
     def reduce_scatter(self, x: np.ndarray, op: int = ReduceOp.SUM) -> np.ndarray:
         op = reduce_op(op)
-        x = np.ascontiguousarray(x)
+        x = _c_order(x)
         check_scatter_shape(x, self.nranks, self.where("reduce_scatter"))
         self._check("reduce_scatter", (op,), x)
         if x.dtype.char not in _MPI_REDUCIBLE:
@@ -274,7 +274,7 @@ class MPICommunicator(Communicator):
     def send(self, x: np.ndarray, peer: int, channel: int = 0) -> None:
         """Buffered send; ``channel`` keeps apart streams between the same two processes."""
         self.check_peer(peer, "send")
-        x = np.ascontiguousarray(x)
+        x = _c_order(x)
         h = _header("send", (), x)
         tag = _TAG_META + 2 * channel
         reqs = [self.comm.Isend(h, peer, tag), self.comm.Isend(x, peer, tag + 1)]
@@ -308,6 +308,11 @@ class MPICommunicator(Communicator):
             sends, self.sends = self.sends, []
         for reqs, _ in sends:
             self._call("flushing sends", self.MPI.Request.Waitall, reqs)
+
+
+def _c_order(x: Any) -> np.ndarray:
+    """``x`` as a C-contiguous array of its own shape (``np.ascontiguousarray`` makes a 0-d array 1-d)."""
+    return np.ascontiguousarray(x).reshape(np.shape(x))
 
 
 def _contiguous(a):
