@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 from typing import Any, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple
 
-from refimpl.core.errors import InvalidArgument, Unimplemented
+from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplemented
 from refimpl.distributed import collective
 
 from ..base.meta_optimizer_factory import MetaOptimizerFactory
@@ -49,6 +49,10 @@ if TYPE_CHECKING:
     from refimpl.optimizer.optimizer import Optimizer
 
 # switches with no meta-optimizer of their own, which refimpl does not implement either
+#: the ops of ``paddle.distributed.split`` / ``fleet.meta_parallel`` layers, and who sets up their ring 0
+_MODEL_PARALLEL_OPS = ("c_identity", "c_concat", "c_split", "mp_allreduce_sum", "c_embedding",
+                       "c_softmax_with_cross_entropy")
+_MODEL_PARALLEL_OWNERS = ("TensorParallelOptimizer", "PipelineOptimizer", "ShardingOptimizer")
 _NOT_COVERED = ("auto", "semi_auto", "auto_search", "elastic", "heter_ccl_mode", "is_fl_ps_mode",
                 "sync_batch_norm", "use_hierarchical_allreduce", "fuse_grad_merge", "adam_d2sum")
 
@@ -137,6 +141,25 @@ class DistributedOptimizer:
             if missing:
                 raise Unimplemented(f"DistributedStrategy.{missing[0]} is set, but refimpl does not implement it "
                                     f"(all such switches set: {missing})")
+        self._check_model_parallel_chain(loss, chain)
+
+    @staticmethod
+    def _check_model_parallel_chain(loss: Variable, chain: Sequence[Any]) -> None:
+        """Tensor-parallel ops need a meta-optimizer that brings up their model-parallel ring 0.
+
+        Without one (``tensor_parallel`` off, or dropped by the strategy compiler, e.g. under
+        gradient merge) ring 0 would be the whole world and the shards would train on wrong sums;
+        Paddle's program fails at run time there (ring 0 never initialized), refimpl refuses it here.
+        """
+        names = [type(o).__name__ for o in chain]
+        if any(n in _MODEL_PARALLEL_OWNERS for n in names):
+            return
+        ops = sorted({op.type for op in loss.block.program.global_block().ops if op.type in _MODEL_PARALLEL_OPS})
+        if ops:
+            raise PreconditionNotMet(f"the program holds tensor-parallel ops {ops}, but the applied meta-optimizers "
+                                     f"{names} bring up no model-parallel ring: set strategy.tensor_parallel "
+                                     f"(tensor_parallel_configs) or sharding_configs['mp_degree'] / a pipeline, "
+                                     f"and no strategy that makes the compiler drop them")
 
     # ---- minimize ---------------------------------------------------------------------------
     def minimize(self, loss: Variable, startup_program: Optional[Program] = None,
