@@ -127,12 +127,21 @@ class OffloadHelper:
         (without the memcpys when ``offload`` is False)."""
         param_to_idx = {op.input("Param")[0]: idx for idx, op in enumerate(block.ops) if is_update_op(op)}
         param_to_fp16, recompute_to_fp16 = _fp16_casts_of(block, param_to_idx, skip_coalesce=not offload)
+        param_to_offload = self._rewrite_updates(block, startup_block, param_to_idx, param_to_fp16,
+                                                 recompute_to_fp16, offload)
+        self._startup_cast_and_offload(startup_block, param_to_offload, param_to_fp16, offload)
+
+    def _rewrite_updates(self, block: Any, startup_block: Any, params: Any, param_to_fp16: Dict[str, str],
+                         recompute_to_fp16: Dict[str, str], offload: bool) -> Dict[str, str]:
+        """Walking ``block`` backwards: each update of a param in ``params`` gets its fp16 cast after it
+        (and, offloading, a fetch from ``@offload`` before and a copy back after); the forward casts of
+        those params go; recompute's casts are renamed. Returns param -> its ``@offload`` name."""
         param_to_offload: Dict[str, str] = {}
         for idx in range(len(block.ops) - 1, -1, -1):
             op = block.ops[idx]
             if is_update_op(op):
                 param = op.input("Param")[0]
-                if param not in param_to_idx:
+                if param not in params:
                     continue
                 offload_name = self._get_offload_var_name(param)
                 param_to_offload[param] = offload_name
@@ -143,13 +152,13 @@ class OffloadHelper:
                 if offload:
                     self._insert_fetch_op(block, idx, offload_name, param)
                 continue
-            if op.type == "cast" and op.input_arg_names[0] in param_to_idx:
+            if op.type == "cast" and op.input_arg_names[0] in params:
                 block._remove_op(idx, sync=False)
                 continue
             _rename_recompute_casts(op, recompute_to_fp16)
         for name in recompute_to_fp16:
             block._remove_var(name)
-        self._startup_cast_and_offload(startup_block, param_to_offload, param_to_fp16, offload)
+        return param_to_offload
 
     def _cast_after_update(self, block: Any, idx: int, param: str, param_to_fp16: Dict[str, str]) -> None:
         _require(param in param_to_fp16, f"optimize_cast: param {param!r} has no cast to float16")
@@ -210,28 +219,8 @@ class OffloadHelper:
         local_params = {op.input("Param")[0] for op in block.ops if is_update_op(op)}
         global_params = {p: 0 for p in params}
         param_to_fp16, recompute_to_fp16 = _fp16_casts_of(block, global_params, skip_coalesce=True)
-        param_to_offload: Dict[str, str] = {}
-        for idx in range(len(block.ops) - 1, -1, -1):
-            op = block.ops[idx]
-            if is_update_op(op):
-                param = op.input("Param")[0]
-                if param not in global_params:
-                    continue
-                offload_name = self._get_offload_var_name(param)
-                param_to_offload[param] = offload_name
-                if offload:
-                    self._create_offload_var(param, offload_name, [block, startup_block])
-                    self._insert_offload_op(block, idx + 1, param, offload_name)
-                self._cast_after_update(block, idx, param, param_to_fp16)
-                if offload:
-                    self._insert_fetch_op(block, idx, offload_name, param)
-                continue
-            if op.type == "cast" and op.input_arg_names[0] in global_params:
-                block._remove_op(idx, sync=False)
-                continue
-            _rename_recompute_casts(op, recompute_to_fp16)
-        for name in recompute_to_fp16:
-            block._remove_var(name)
+        param_to_offload = self._rewrite_updates(block, startup_block, global_params, param_to_fp16,
+                                                 recompute_to_fp16, offload)
         for op in block.ops:  # the fused / broadcast params are the fp16 copies now
             if op.type in ("coalesce_tensor", "c_broadcast", "broadcast"):
                 _rename_recompute_casts(op, param_to_fp16)
