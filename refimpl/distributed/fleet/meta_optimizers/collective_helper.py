@@ -53,16 +53,19 @@ def init_communicator(program: Any, current_endpoint: Optional[str], endpoints: 
         _add_sync_by_allreduce(block, global_ring_id)
 
 
-def broadcast_params(startup: Any, ring_id: int) -> None:
-    """``broadcast`` of every non-distributed parameter from root 0, then ``c_sync_comm_stream``.
+def broadcast_params(startup: Any, ring_id: int, by_name: bool = True, skip_distributed: bool = True) -> None:
+    """``broadcast`` of the parameters from root 0 over ``ring_id``, then one ``c_sync_comm_stream``
+    naming the last parameter (broadcast or not, as Paddle).
 
-    The parameters go by name: the order Paddle 3.3.1's startup block lists
-    them in here (recorded: ``fc_0.b_0`` before ``fc_0.w_0``).
+    ``by_name``: in name order, the order Paddle 3.3.1's startup block lists them in for
+    ``RawProgramOptimizer`` (recorded: ``fc_0.b_0`` before ``fc_0.w_0``); else in creation order
+    (``TensorParallelOptimizer``). ``skip_distributed``: tensor-parallel shards stay each rank's own.
     """
     block = startup.global_block()
+    params = list(block.iter_parameters())
     param = None
-    for param in sorted(block.iter_parameters(), key=lambda p: p.name):
-        if getattr(param, "is_distributed", False):
+    for param in sorted(params, key=lambda p: p.name) if by_name else params:
+        if skip_distributed and param.is_distributed:
             continue
         block.append_op(type="broadcast", inputs={"x": param}, outputs={"out": param},
                         attrs={"ring_id": ring_id, "root": 0, OP_ROLE_ATTR: OpRole.Forward})

@@ -42,7 +42,7 @@ from refimpl.framework.op_role import OP_ROLE_ATTR, OP_ROLE_VAR_ATTR, OpRole
 from refimpl.framework.program import default_startup_program
 
 from ..base.compat_errors import InvalidArgumentAssertion
-from .collective_helper import init_communicator
+from .collective_helper import broadcast_params, init_communicator
 from .meta_optimizer_base import MetaOptimizerBase, ParamsGrads
 from .program_rings import bind_rings, partition
 from .raw_program_optimizer import is_backward_op, is_loss_grad_op, is_optimizer_op
@@ -117,19 +117,9 @@ class TensorParallelOptimizer(MetaOptimizerBase):
             self._broadcast_params(self.dp_ring_id, mp_mode=False)
 
     def _broadcast_params(self, ring_id: int, mp_mode: bool) -> None:
-        """Rank 0's value of the startup parameters (in mp mode: those not ``is_distributed``) over ``ring_id``;
-        the closing ``c_sync_comm_stream`` names the last parameter, broadcast or not (as Paddle)."""
-        block = self.startup_program.global_block()
-        param = None
-        for param in block.iter_parameters():
-            if getattr(param, "is_distributed", False) and mp_mode:
-                continue
-            block.append_op(type="broadcast", inputs={"x": param}, outputs={"out": param},
-                            attrs={"ring_id": ring_id, "root": 0, OP_ROLE_ATTR: OpRole.Forward})
-        if param is None:
-            return
-        block.append_op(type="c_sync_comm_stream", inputs={"X": param}, outputs={"Out": param},
-                        attrs={"ring_id": ring_id, OP_ROLE_ATTR: OpRole.Forward})
+        """Rank 0's value of the startup parameters (in mp mode: those not ``is_distributed``) over
+        ``ring_id``, in the order they were created (as Paddle)."""
+        broadcast_params(self.startup_program, ring_id, by_name=False, skip_distributed=mp_mode)
 
     # ---- minimize ----------------------------------------------------------------------------------
     def minimize_impl(self, loss: Any, startup_program: Optional[Any] = None,
