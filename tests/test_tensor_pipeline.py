@@ -30,7 +30,7 @@ from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.distributed.pipeline.hybrid import HybridLayout
 from refimpl.framework import Program, unique_name
 
-import test_tensor_parallel as TPT
+import test_tensor_parallel_numbers as TPT
 
 LAYOUT = TPT.LAYOUT["mp"]
 STAGE0 = {"embedding_0.w_0", "linear_0.w_0", "linear_0.b_0", "linear_1.w_0", "linear_1.b_0"}

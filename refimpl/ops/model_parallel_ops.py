@@ -34,7 +34,9 @@ fails there (infer-shape of ``all_gather``); and an allgather along dim 0 would 
 of the last axis anyway. refimpl writes ``c_concat`` (same attrs), the op that gives the
 gradient. The kernels check what Paddle leaves to chance: attrs ``nranks`` / ``rank`` of
 ``c_concat`` and ``c_softmax_with_cross_entropy`` against the ring's communicator, and a
-``c_embedding`` shard lying outside [0, vocab_size). The soft-label (label last dim > 1) form of
+``c_embedding`` shard lying outside [0, vocab_size); and inputs whose shapes differ across the
+ring's ranks are an ``InvalidArgument`` naming the op (``c_concat``, ``mp_allreduce_sum``, ...),
+not the ``all_gather`` / ``all_reduce`` it runs. The soft-label (label last dim > 1) form of
 ``c_softmax_with_cross_entropy`` is not implemented (Unimplemented). Paddle has no CPU kernel
 for ``c_softmax_with_cross_entropy``; refimpl has one on every backend.
 """
@@ -57,10 +59,35 @@ TOLERABLE = 1e20  # Paddle's kApproInf (phi::funcs::TolerableValue)
 
 
 # ---- shared checks (every backend's kernels use these) ----------------------------------------
+class _OpRing:
+    """A ring's communicator whose collectives name the tensor-parallel op in their errors: a shape
+    mismatch across ranks in ``c_concat`` is reported as ``c_concat``'s, not as the ``all_gather``
+    it runs. Everything else is the communicator's own."""
+
+    def __init__(self, op: str, comm) -> None:
+        self._op, self._comm = op, comm
+
+    def __getattr__(self, name: str):
+        return getattr(self._comm, name)
+
+    def _named(self, call, *args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{self._op}: {exc.args[0] if exc.args else exc}") from None
+
+    def all_gather(self, x, **kwargs):
+        return self._named(self._comm.all_gather, x, **kwargs)
+
+    def all_reduce(self, x, op=ReduceOp.SUM, **kwargs):
+        return self._named(self._comm.all_reduce, x, op, **kwargs)
+
+
 def ring(op: str, ring_id: int):
-    """This rank's communicator for ``ring_id``; NotFound naming ``op`` when there is none."""
+    """This rank's communicator for ``ring_id``, its errors naming ``op``; NotFound naming ``op`` when
+    there is none."""
     try:
-        return _comm(ring_id)
+        return _OpRing(op, _comm(ring_id))
     except NotFound as exc:
         raise NotFound(f"{op}: {exc}") from None
 

@@ -9,16 +9,21 @@ refimpl's ``fleet.py`` to keep that module small.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from .base.compat_errors import InvalidArgumentAssertion, PreconditionAssertion
 
 
 class _CommunicateGroup:
-    """Paddle's static-mode group table: name -> ``Group`` of a ring id."""
+    """Paddle's static-mode group table: name -> ``Group`` of a ring id.
 
-    def __init__(self) -> None:
+    refimpl's addition: ``strategy``, the ``DistributedStrategy`` the table was made from (None when
+    filled by hand), which the tensor-parallel layers read their ``mp_configs`` from and which names
+    the options to set when there is no ``'model'`` group."""
+
+    def __init__(self, strategy: Optional[Any] = None) -> None:
         self.groups: Dict[str, Any] = {}
+        self.strategy = strategy
 
     def set_comm_group(self, group_name: str, group_rank: int, group_size: int, ring_id: int,
                        group_ranks: List[int]) -> None:
@@ -32,7 +37,19 @@ class _CommunicateGroup:
             raise PreconditionAssertion(f"no '{group_name}' group; the groups are {sorted(self.groups)}")
         return self.groups[group_name]
 
+    def has_group(self, group_name: str) -> bool:
+        return group_name in self.groups
+
     def get_model_parallel_group(self) -> Any:
+        """The ``'model'`` group; when absent, a typed error naming the options that make one."""
+        if "model" not in self.groups and self.strategy is not None:
+            s = self.strategy
+            raise PreconditionAssertion(
+                "no model-parallel group on this rank: set strategy.tensor_parallel = True with "
+                "tensor_parallel_configs['tensor_parallel_degree'] > 1 (or strategy.sharding with "
+                f"sharding_configs['mp_degree'] > 1) before fleet.init; got tensor_parallel={s.tensor_parallel}, "
+                f"tensor_parallel_degree={s.tensor_parallel_configs['tensor_parallel_degree']}, "
+                f"sharding={s.sharding}")
         return self.get_group("model")
 
     def get_model_parallel_world_size(self) -> int:
@@ -47,7 +64,7 @@ def static_comm_groups(strategy: Any, rank: int, size: int) -> _CommunicateGroup
     0), and 'model' when sharding or tensor parallelism asks for a model-parallel degree > 1."""
     use_sharding, use_tp = strategy.sharding, strategy.tensor_parallel
     ranks = list(range(size))
-    groups = _CommunicateGroup()
+    groups = _CommunicateGroup(strategy)
     groups.set_comm_group("global", rank, size, 3 if use_sharding else 0, ranks)  # ring 3: sharding's
     if not (use_sharding or use_tp):
         return groups

@@ -21,8 +21,11 @@ Differences from Paddle:
   first joins the in-process or MPI world (``init_parallel_env``).
 * Static-graph only, yet the hybrid group is built as by Paddle's dygraph
   ``init``, when a degree is > 1 (context / expert / moe-sharding > 1:
-  ``Unimplemented``), with its model-parallel RNG seeding when mp > 1
-  (``layers/mpu/random.py``). ``init`` returns the fleet.
+  ``Unimplemented``), but without that ``init``'s model-parallel RNG seeding
+  (``model_parallel_random_seed``, ``layers/mpu/random.py``): as Paddle's
+  static ``init``, the user's ``paddle.seed`` is left alone; a script calls
+  ``model_parallel_random_seed`` itself for per-rank tracker seeds. ``init``
+  returns the fleet.
 * ``distributed_optimizer`` returns a ``meta_optimizers.DistributedOptimizer``
   (Paddle's static one returns the fleet); ``fleet.minimize`` delegates to it,
   and it runs Paddle's ``_minimize_impl`` (the meta-optimizer factory and
@@ -62,7 +65,7 @@ from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplement
 from .base.compat_errors import InvalidArgumentAssertion, InvalidArgumentAttribute
 from .base.compat_errors import PreconditionAssertion
 from .base.distributed_strategy import DistributedStrategy
-from .comm_groups import static_comm_groups
+from .comm_groups import _CommunicateGroup, static_comm_groups
 from .base.mpi_role_maker import MPIRoleMaker
 from .base.role_maker import PaddleCloudRoleMaker, RoleMakerBase
 from .base.runtime_factory import install as _guard_runtime_methods
@@ -250,15 +253,24 @@ class Fleet(CollectivePerf, ShardedPersistablesAPI, ParameterServerAPI):
             return
         self._topology = tp.CommunicateTopology(hybrid_group_names=names, dims=dims)
         self._hcg = tp.HybridCommunicateGroup(self._topology, h)
-        if degrees["mp"] > 1:  # as Paddle: each model-parallel rank its own tracker seed (-1: a random one)
-            from .layers.mpu.random import model_parallel_random_seed
-            seed = s.tensor_parallel_configs["tensor_init_seed"]
-            model_parallel_random_seed(None if seed == -1 else seed)
+        # Paddle's dygraph init would now call model_parallel_random_seed when mp > 1; its static
+        # branch (refimpl's only one) leaves the user's paddle.seed alone, and so does refimpl.
 
     def get_hybrid_communicate_group(self) -> Optional[tp.HybridCommunicateGroup]:
         if self._hcg is None:
             raise PreconditionAssertion("no hybrid communicate group on this rank: call fleet.init(...) first")
         return self._hcg
+
+    def get_static_comm_groups(self) -> _CommunicateGroup:
+        """This rank's static group table ('global', and 'model' for tensor parallelism / sharding's
+        mp_degree), made by ``init`` (again from its strategy when a hybrid group replaced it); refimpl's
+        public view of what Paddle's static code reads from ``tp._HYBRID_PARALLEL_GROUP``."""
+        if self._role_maker is None or not self._is_collective:
+            raise PreconditionAssertion("no static communicate groups on this rank: call "
+                                        "fleet.init(is_collective=True, strategy=...) first")
+        if isinstance(self._hcg, _CommunicateGroup):
+            return self._hcg
+        return static_comm_groups(self._user_defined_strategy, self.worker_index(), self.worker_num())
 
     def get_hybrid_parallel_topology(self) -> Optional[tp.CommunicateTopology]:
         if self._topology is None:

@@ -44,29 +44,14 @@ from refimpl.nn import functional as F
 from refimpl.nn.initializer import Constant
 from refimpl.nn.layer.layers import Layer
 
-from ...base.compat_errors import InvalidArgumentAssertion, PreconditionAssertion
+from ...base.compat_errors import InvalidArgumentAssertion
 from . import mp_ops
 
 
 def model_parallel_group() -> Any:
     """The static ``'model'`` group of this rank (Paddle: ``tp._HYBRID_PARALLEL_GROUP.get_model_parallel_group()``)."""
     from refimpl.distributed.fleet import fleet
-    from refimpl.distributed.fleet.comm_groups import static_comm_groups
-    if fleet._role_maker is None:
-        raise PreconditionAssertion("the model-parallel layers need fleet.init(is_collective=True, strategy=...) "
-                                    "first")
-    strategy = fleet._user_defined_strategy
-    groups = getattr(fleet._hcg, "groups", None)   # the static table fleet.init made, unless a hybrid group
-    if groups is None:                              # replaced it: then the same table, made again
-        groups = static_comm_groups(strategy, fleet.worker_index(), fleet.worker_num()).groups
-    if "model" not in groups:
-        raise PreconditionAssertion(
-            "no model-parallel group on this rank: set strategy.tensor_parallel = True with "
-            "tensor_parallel_configs['tensor_parallel_degree'] > 1 (or strategy.sharding with "
-            f"sharding_configs['mp_degree'] > 1) before fleet.init; got tensor_parallel={strategy.tensor_parallel}, "
-            f"tensor_parallel_degree={strategy.tensor_parallel_configs['tensor_parallel_degree']}, "
-            f"sharding={strategy.sharding}")
-    return groups["model"]
+    return fleet.get_static_comm_groups().get_model_parallel_group()
 
 
 def _group_info(mp_group: Any) -> tuple:
@@ -78,7 +63,7 @@ def _group_info(mp_group: Any) -> tuple:
 def _refuse_unsupported(layer: str, is_mp: bool, fuse_matmul_bias: bool) -> None:
     """Paddle's dygraph-only ``mp_configs`` switches (they count only with is_mp) and ``fuse_matmul_bias``."""
     from refimpl.distributed.fleet import fleet
-    mp_configs = fleet._user_defined_strategy.hybrid_configs["mp_configs"]
+    mp_configs = fleet.get_static_comm_groups().strategy.hybrid_configs["mp_configs"]
     if is_mp and getattr(mp_configs, "mp_async_allreduce", False):   # (skip_c_identity, fused_... need it)
         raise Unimplemented(f"{layer}: hybrid_configs['mp_configs'].mp_async_allreduce = True is only available "
                             f"in dygraph mode (refimpl is static-only)")

@@ -25,6 +25,10 @@ Differences from Paddle:
 * The checks of ``split`` raise typed errors (``InvalidArgument`` that is also
   the ``AssertionError`` / ``ValueError`` Paddle raises) naming the option and
   its value; refimpl is static-only, so the dygraph branches do not exist.
+  One more check: when ring 0 is the static ``'model'`` group (``fleet.init``
+  with tensor parallelism), ``num_partitions`` must be its size, checked while
+  building (Paddle builds the program and fails, or sums over the wrong
+  ranks, when it runs).
 """
 from __future__ import annotations
 
@@ -67,7 +71,7 @@ def _global_rank_and_size() -> Tuple[int, int]:
     """Paddle's ``_get_global_env()`` rank and world size: the fleet's worker index and count."""
     from refimpl.distributed import collective
     from refimpl.distributed.fleet import fleet
-    if fleet._role_maker is not None:
+    if fleet.role_maker is not None:
         return int(fleet.worker_index()), int(fleet.worker_num())
     return collective.get_rank(), collective.get_world_size()
 
@@ -303,6 +307,21 @@ def _check_split_args(size: Any, operation: Any, axis: int, num_partitions: int)
                                        f"num_partitions={num_partitions}")
 
 
+def _check_ring_size(num_partitions: int) -> None:
+    """split's ops run on ring 0; where that is the static 'model' group, its size is known now and must
+    be ``num_partitions`` (Paddle finds out only when the program runs)."""
+    from refimpl.distributed.fleet import fleet
+    if not fleet.is_collective:
+        return
+    groups = fleet.get_static_comm_groups()
+    if not groups.has_group("model"):
+        return
+    group = groups.get_model_parallel_group()
+    if int(group.id) == 0 and int(group.nranks) != num_partitions:
+        raise InvalidArgumentAssertion(f"paddle.distributed.split: num_partitions={num_partitions} but its ring "
+                                       f"(ring_id 0, the model-parallel group) has {group.nranks} ranks")
+
+
 def split(x: Variable, size: Sequence[int], operation: str, axis: int = 0, num_partitions: int = 1,
           gather_out: bool = True, weight_attr: Any = None, bias_attr: Any = None,
           name: Optional[str] = None) -> Variable:
@@ -315,8 +334,9 @@ def split(x: Variable, size: Sequence[int], operation: str, axis: int = 0, num_p
     """
     from refimpl.distributed.fleet import fleet
     _check_split_args(size, operation, axis, num_partitions)
-    if fleet._role_maker is None:
+    if fleet.role_maker is None:
         raise PreconditionAssertion("paddle.distributed.split: call fleet.init() first")
+    _check_ring_size(num_partitions)
     inner_rank = fleet.worker_index() % num_partitions
     if operation == "embedding":
         return _parallel_embedding(x, size[0] // num_partitions, size, weight_attr, inner_rank, num_partitions,

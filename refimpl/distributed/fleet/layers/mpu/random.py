@@ -8,8 +8,10 @@ generator with ``seed`` (the same on every rank) and adds the tracker state
 ``model_parallel_rng`` seeded with ``seed + 1 + mp_rank * pp_size + pp_rank``
 (different on every model-parallel rank): parameters created under
 ``rng_state()`` are then initialised differently, and reproducibly, on each
-rank. ``fleet.init`` calls it with ``tensor_parallel_configs['tensor_init_seed']``
-(-1: a random seed) when building a hybrid group with ``mp_degree > 1``.
+rank. Paddle's dygraph ``fleet.init`` calls it with
+``tensor_parallel_configs['tensor_init_seed']`` (-1: a random seed) when building
+a hybrid group with ``mp_degree > 1``; its static ``init``, and so refimpl's,
+does not (the user's ``paddle.seed`` stands): a script calls it itself.
 
 Differences: refimpl's generator is Paddle's CPU one, per thread (in-process
 ranks are threads), so the tracker is kept per rank too, and its states are

@@ -21,6 +21,16 @@ the ``c_sync_comm_stream`` / ``c_sync_calc_stream`` that order them; the first
 segment's broadcasts go before the whole program. With hybrid dp each owned
 gradient is then ``all_reduce``d on the dp ring; with sharding's gradient
 merge it is added into its ``@GradientMerge`` buffer instead.
+
+Departure from Paddle 3.3.1: the ops before the first segment that read no
+broadcast var (the walk's last stretch) are never made a segment, so an AMP
+``cast`` there of a parameter to ``<param>.cast_fp16`` -- AMP casts a weight
+shared by two layers once, before the program's first op -- is never removed
+by ``remove_cast_op``. Paddle keeps it; on a rank that does not own that
+parameter the parameter is pruned, and the program reads a var it does not
+have. refimpl removes such casts of parameters another rank owns (their
+``cast_fp16`` output is read on this rank only through its broadcast vars);
+the owner's program is Paddle's.
 """
 from __future__ import annotations
 
@@ -167,6 +177,19 @@ class SegmentsMixin:
             insert_fill_constant_ops(block, first._start_idx, fill_constant_vars)
         if cast_ops:
             insert_cast_ops(block, first._start_idx, cast_ops)
+        self._drop_foreign_casts_before(block, first._start_idx)
+
+    def _drop_foreign_casts_before(self, block: Any, end: int) -> None:
+        """Remove the AMP casts of parameters another rank owns from ``block.ops[:end]``.
+
+        Those ops precede every segment (a stretch reading no broadcast var is never made one), so
+        ``remove_cast_op`` never sees them; their outputs are read through the broadcast vars only,
+        and their inputs are pruned from this rank (see the module docstring)."""
+        for op_idx in reversed(range(end)):
+            op = block.ops[op_idx]
+            if FP16Utils.is_fp16_cast_op(block, op, self._params) and \
+                    not self._shard.has_param(op.desc.input_arg_names()[0]):
+                block._remove_op(op_idx, sync=False)
 
     def _fix_last_segment_end(self, block: Any) -> None:
         """Pull the last segment's end back to after gradient-merge sums / @TMP casts (Paddle's rule)."""
