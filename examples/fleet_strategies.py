@@ -7,6 +7,9 @@
     python examples/fleet_strategies.py --tp 2 --ranks 2                 # tensor parallelism, 2 ranks
     mpiexec -n 4 python examples/fleet_strategies.py --tp 2 --dp 2       # TP x data parallel over MPI
     python -m refimpl.distributed.launch --nproc_per_node 4 --in-process examples/fleet_strategies.py --sharding 4
+    python examples/fleet_strategies.py --pp 2 --ranks 2                 # two pipeline stages
+    python -m refimpl.distributed.launch --nproc_per_node 8 --in-process examples/fleet_strategies.py \
+        --tp 2 --pp 2 --sharding 2 --recompute                           # TP x pipeline x sharding
 
 Every run trains the chosen model (same initial values, same global
 batches) once on one device, and once with
@@ -28,16 +31,29 @@ each row: the bytes of parameters and of optimizer state each rank holds
 after the last step (``live_by_category``), the most of them against one
 device's -- ~1/N under ``--tp N`` or ``--sharding N``.
 
-``--tp T``, ``--sharding S`` and ``--dp D`` lay the ranks out (their product
-is the world size; ``--dp`` defaults to what is left, ``--ranks`` to the
-product): ``--tp`` builds GPT-mini from fleet's tensor-parallel layers
+``--tp T``, ``--sharding S``, ``--pp P`` and ``--dp D`` lay the ranks out (their
+product is the world size; ``--dp`` defaults to what is left, ``--ranks`` to the
+product; the order of the ranks is Paddle's, mp -> sharding -> pp -> dp):
+``--tp`` builds GPT-mini from fleet's tensor-parallel layers
 (``examples/gpt_parallel.py``) under ``strategy.tensor_parallel``, the
 ``T`` neighbours of a rank training on one slice of the batch;
 ``--sharding`` is ZeRO sharding (``sharding_configs``: ``sharding_degree``
 S, ``dp_degree`` D; with ``--tp`` too, ``mp_degree`` T: sharding inside
-tensor parallelism). All start from the one-device run's initial values
-(their shards under TP). ``--pp`` stops with an Unimplemented error: the
-example has no pipeline-stage layout of GPT-mini.
+tensor parallelism); ``--pp`` puts GPT-mini's ops on P pipeline stages
+with ``device_guard`` (the embeddings on the first, the blocks split evenly,
+the final LayerNorm, logits and loss on the last) under ``strategy.pipeline``
+(``accumulate_steps`` 2: each rank's slice runs as two micro-batches, 1F1B),
+with ``hybrid_configs`` for TP / dp, or inside sharding
+(``sharding_configs['pp_degree']``: each stage's optimizer state sharded).
+Under ``--pp`` the output layer is untied, a linear of its own, on one device
+too (the row says so): refimpl's pipeline refuses a parameter used on two
+stages, and the tied embedding would be read on the first and the last
+(``examples/gpt_parallel.py``). Only the switches the pipelined chain keeps
+(recompute and AMP; under sharding also LARS and LAMB) run with ``--pp``;
+the others are an InvalidArgument naming the switch, since fleet would drop
+the pipeline for them. A pipeline's loss is fetched on its last stage; the
+row averages those ranks'. All start from the one-device run's initial
+values (their shards under TP).
 
 The inner optimizer is the one each strategy wants (Paddle's ``_can_apply``
 rules): Momentum, except Adam for LAMB; bf16 AMP decorates it with
@@ -61,8 +77,9 @@ not, so its DGC is momentum + allreduce), adaptive LocalSGD (no
 ``RawProgramOptimizer`` under it: ranks train alone between averages),
 FP16 allreduce (through fleet it inserts no collective -- Paddle chains none
 under it -- so its ranks train alone), and every multi-rank LeNet row, whose
-batch norm normalizes each rank's own slice. Tensor parallelism and
-sharding reproduce one device to float32 rounding too, but LAMB and LARS
+batch norm normalizes each rank's own slice. Tensor parallelism, sharding and
+pipeline stages (micro-batch gradients averaged in the merge buffers) reproduce
+one device to float32 rounding too, but LAMB and LARS
 under TP do not: each rank's trust ratio uses its shard's norms (Paddle's
 ``lamb`` / ``lars_momentum`` ops see only the shard). On the NumPy backend float16
 AMP inserts no casts (as Paddle's CPU wheel): its row says so instead of
@@ -80,9 +97,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import gpt_parallel  # noqa: E402
 from gpt_parallel import data_slice, degree, layout  # noqa: E402
+from strategy_optimizers import (ADAM, inner_optimizer, make_strategy, momentum,  # noqa: E402,F401
+                                 one_device_optimizer, recompute_inside_bf16)
 import refimpl as paddle  # noqa: E402
 from refimpl.core.errors import InvalidArgument  # noqa: E402
-from refimpl.distributed.fleet import DistributedStrategy, Fleet, MPIRoleMaker  # noqa: E402
+from refimpl.distributed.fleet import Fleet, MPIRoleMaker  # noqa: E402
 
 F = paddle.nn.functional
 SEED = 5
@@ -90,10 +109,11 @@ GPT = dict(vocab=32, seq=8, dim=16, heads=2, layers=2)  # GPT-mini's size (bench
 
 
 # ---- the models: (main, startup, loss, feed maker, checkpoint names) ---------------------------------
-def gpt_net(tp=1):
-    """TinyGPT (``refimpl/demo.py``); its tensor-parallel layout over ``tp`` ranks when ``tp > 1``."""
+def gpt_net(tp=1, pp=1, marked=False):
+    """TinyGPT (``refimpl/demo.py``); its tensor-parallel layout over ``tp`` ranks when ``tp > 1``; with
+    ``pp > 1`` its output layer untied, and (``marked``) its ops on ``pp`` pipeline stages."""
     checkpoints = []
-    loss = gpt_parallel.gpt_loss(GPT, tp, checkpoints)
+    loss = gpt_parallel.gpt_loss(GPT, tp, checkpoints, pp, marked)
 
     def feed(rng, rows):
         data = rng.integers(0, GPT["vocab"], (rows, GPT["seq"] + 1))
@@ -101,10 +121,12 @@ def gpt_net(tp=1):
     return loss, feed, checkpoints
 
 
-def lenet_net(tp=1):
+def lenet_net(tp=1, pp=1, marked=False):
     from train_lenet import LeNet
     if tp > 1:
         raise InvalidArgument(f"--tp {tp}: only --model gpt has a tensor-parallel layout (examples/gpt_parallel.py)")
+    if pp > 1:
+        raise InvalidArgument(f"--pp {pp}: only --model gpt has a pipeline-stage layout (examples/gpt_parallel.py)")
     net = LeNet(width=4, hidden=16)
     img = paddle.static.data("img", [None, 1, 8, 8], "float32")
     label = paddle.static.data("label", [None, 1], "int64")
@@ -122,93 +144,16 @@ def lenet_net(tp=1):
 MODELS = {"gpt": gpt_net, "lenet": lenet_net}
 
 
-# ---- strategies ------------------------------------------------------------------------------------------
-def make_strategy(opts, checkpoints):
-    """The DistributedStrategy the switches in ``opts`` ask for (a dict of the command-line flags)."""
-    s = DistributedStrategy()
-    if opts.get("recompute") and not recompute_inside_bf16(opts):
-        s.recompute = True
-        s.recompute_configs = {"checkpoints": checkpoints}
-    if opts.get("amp") == "fp16":
-        s.amp = True
-        s.amp_configs = {"init_loss_scaling": 1024.0, "use_dynamic_loss_scaling": True}
-    for name in ("lamb", "lars", "localsgd", "adaptive_localsgd", "fp16_allreduce", "dgc"):
-        if opts.get(name):
-            setattr(s, name, True)
-    if opts.get("localsgd"):
-        s.localsgd_configs = {"k_steps": 2, "begin_step": 1}
-    if opts.get("adaptive_localsgd"):
-        s.adaptive_localsgd_configs = {"init_k_steps": 2, "begin_step": 1}
-    if opts.get("gradient_merge"):
-        s.gradient_merge = True
-        s.gradient_merge_configs = {"k_steps": opts["gradient_merge"], "avg": True}
-    gpt_parallel.set_degrees(s, opts)
-    return s
-
-
-def momentum():
-    """The inner optimizer of every strategy but LAMB."""
-    return paddle.optimizer.Momentum(0.05, 0.9)
-
-
-ADAM = dict(learning_rate=0.01, beta1=0.9, beta2=0.999, epsilon=1e-8)  # paddle.optimizer.Adam's defaults
-
-
-def recompute_inside_bf16(opts):
-    """Recompute with bf16: the RecomputeOptimizer goes inside ``decorate_bf16`` (see the docstring)."""
-    return bool(opts.get("recompute")) and opts.get("amp") == "bf16"
-
-
-def inner_optimizer(opts, checkpoints):
-    """The optimizer handed to fleet: Momentum (Adam for LAMB); bf16 AMP wraps it with
-    ``static.amp.bf16.decorate_bf16`` (fleet's ``amp`` switch is float16 only, as in Paddle 3.3.1)."""
-    opt = paddle.optimizer.Adam(**ADAM) if opts.get("lamb") else momentum()
-    if recompute_inside_bf16(opts):
-        opt = paddle.incubate.optimizer.RecomputeOptimizer(opt)
-        opt._set_checkpoints(checkpoints)
-    if opts.get("amp") == "bf16":
-        opt = paddle.static.amp.bf16.decorate_bf16(opt)
-    return opt
-
-
-def one_device_optimizer(opts):
-    """The optimizer fleet's meta-optimizers run for ``opts``, built directly with fleet's
-    hyper-parameters (``refimpl/distributed/fleet/meta_optimizers/{lamb,lars,amp,gradient_merge}_optimizer.py``):
-    LAMB / LARS replace the inner optimizer, AMP decorates that, gradient merge wraps the result.
-    Recompute, DGC (no parameter is large enough here), LocalSGD and FP16 allreduce run plain Momentum."""
-    strategy = make_strategy(opts, [])
-    if opts.get("lamb"):
-        c = strategy.lamb_configs
-        opt = paddle.optimizer.Lamb(ADAM["learning_rate"], lamb_weight_decay=c["lamb_weight_decay"],
-                                    beta1=ADAM["beta1"], beta2=ADAM["beta2"], epsilon=ADAM["epsilon"])
-    elif opts.get("lars"):
-        c = strategy.lars_configs
-        opt = paddle.incubate.optimizer.LarsMomentumOptimizer(
-            0.05, 0.9, lars_coeff=c["lars_coeff"], lars_weight_decay=c["lars_weight_decay"],
-            exclude_from_weight_decay=c["exclude_from_weight_decay"], epsilon=c["epsilon"])
-    else:
-        opt = momentum()
-    if opts.get("amp") == "fp16":
-        c = strategy.amp_configs
-        opt = paddle.static.amp.decorate(opt, init_loss_scaling=c["init_loss_scaling"],
-                                         use_dynamic_loss_scaling=c["use_dynamic_loss_scaling"])
-    elif opts.get("amp") == "bf16":
-        opt = paddle.static.amp.bf16.decorate_bf16(opt)
-    if opts.get("gradient_merge"):
-        opt = paddle.incubate.optimizer.GradientMergeOptimizer(opt, k_steps=opts["gradient_merge"], avg=True)
-    return opt
-
-
 def build_program(model, opts, distributed):
     """(main, startup, loss, applied meta-optimizers, the main program's facts: {"ops": {op type: count},
     "dtypes": the variables' dtype names}) of ``model`` under fleet (``distributed``) or on one device."""
     main, startup = paddle.static.Program(), paddle.static.Program()
-    tp = degree(opts, "tp") if distributed else 1
+    tp, pp = (degree(opts, "tp") if distributed else 1), degree(opts, "pp")   # pp: one device untied too
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
         if tp > 1:  # the mp layers read the 'model' group of fleet (the singleton) as they are built
             f = paddle.distributed.fleet.fleet
             f.init(role_maker=MPIRoleMaker(is_collective=True), strategy=make_strategy(opts, []))
-        loss, _, checkpoints = MODELS[model](tp)
+        loss, _, checkpoints = MODELS[model](tp, pp, distributed and pp > 1)
         applied = []
         if distributed:
             if tp <= 1:
@@ -232,9 +177,16 @@ def rank_slice(batch, rank, nranks):
     return {k: v[rank * rows:(rank + 1) * rows] for k, v in batch.items()}
 
 
-def memory_peaks(exe):
+def memory_stats(exe, main=None):
+    """The executor's ``memory_stats()`` of its last run of ``main``; a pipelined ``main`` (``--pp``) runs
+    on its own plan executor (``program._pipeline_opt``), whose bytes are this rank's stage's."""
+    run = getattr(main, "_pipeline_opt", None)
+    return run.executor.memory_stats() if getattr(run, "executor", None) is not None else exe.memory_stats()
+
+
+def memory_peaks(exe, main=None):
     """(peak bytes, the most bytes of activations held at once) of the executor's last run."""
-    stats = exe.memory_stats()
+    stats = memory_stats(exe, main)
     return int(stats["peak_bytes"]), int((stats.get("max_by_category") or {}).get("activations") or 0)
 
 
@@ -258,7 +210,7 @@ def run_rank(model, opts, batches, nranks, distributed):
     exe = paddle.static.Executor()
     exe.run(startup, scope=scope)
     tp = degree(opts, "tp") if distributed else 1
-    if distributed and (tp > 1 or degree(opts, "sharding") > 1):  # start where one device starts
+    if distributed and (tp > 1 or degree(opts, "sharding") > 1 or degree(opts, "pp") > 1):  # one device's start
         gpt_parallel.load_start(scope, main, one_device_start(model, opts), rank % tp, tp)
     part, parts = data_slice(opts, rank, nranks)
     losses, peak, acts, times = [], 0, 0, []
@@ -266,9 +218,9 @@ def run_rank(model, opts, batches, nranks, distributed):
         t0 = time.perf_counter()
         out = exe.run(main, feed=rank_slice(b, part, parts), fetch_list=[loss], scope=scope)
         times.append(time.perf_counter() - t0)
-        losses.append(float(np.mean(out[0])))
-        peak, acts = (max(x, y) for x, y in zip((peak, acts), memory_peaks(exe)))
-    live = exe.memory_stats()["live_by_category"]
+        losses.append(float("nan") if out[0] is None else float(np.mean(out[0])))  # pp: the last stage's
+        peak, acts = (max(x, y) for x, y in zip((peak, acts), memory_peaks(exe, main)))
+    live = memory_stats(exe, main)["live_by_category"]
     return {"losses": losses, "peak": peak, "time": float(np.median(times[1:] if len(times) > 1 else times)),
             "applied": applied, "acts": acts, "facts": facts, "params": int(live["parameters"]),
             "opt": int(live["optimizer_state"])}
@@ -333,7 +285,7 @@ def compare(model, opts, nranks, steps, out):
     except Exception as exc:  # noqa: BLE001 - a strategy refimpl lacks is reported, the others still run
         print(f"{model:6s} {name:34s} {not_available(exc)}", file=out, flush=True)
         return False
-    final, b = float(np.mean([r["losses"][-1] for r in results])), base["losses"][-1]
+    final, b = float(np.nanmean([r["losses"][-1] for r in results])), base["losses"][-1]  # nan: not last stage
     peak, acts, step_time = (max(r[k] for r in results) for k in ("peak", "acts", "time"))
     print(f"{model:6s} {name:34s} final loss {final:9.5f} (one device {b:9.5f}, "
           f"diff {final - b:+.2e})  peak {peak / 1024:8.1f} KiB ({peak / max(base['peak'], 1):4.2f}x, "
@@ -370,7 +322,8 @@ def note(model, opts, nranks, facts):
         notes.append("batch norm normalizes each rank's slice: not exact by design")
     if (opts.get("lamb") or opts.get("lars")) and degree(opts, "tp") > 1:
         notes.append("trust ratios from each shard's own norms (as Paddle's): not exact by design")
-    return "; ".join(notes) or "exact: float32 rounding"
+    untied = ["output layer untied (on one device too)"] if degree(opts, "pp") > 1 else []
+    return "; ".join(untied + (notes or ["exact: float32 rounding"]))
 
 
 def not_available(exc):
@@ -402,7 +355,7 @@ def main(argv=None, out=None):
         p.add_argument(f"--{flag}", action="store_true")
     p.add_argument("--gradient-merge", type=int, default=0, metavar="K")
     for flag, what in (("tp", "tensor-parallel"), ("sharding", "ZeRO sharding"), ("dp", "data-parallel"),
-                       ("pp", "pipeline (not available)")):
+                       ("pp", "pipeline")):
         p.add_argument(f"--{flag}", type=int, default=None, metavar="N", help=f"the {what} degree")
     p.add_argument("--compare-all", action="store_true", help="every strategy on both models")
     p.add_argument("--backend", choices=["numpy", "cuda"], default=None)
@@ -418,12 +371,16 @@ def main(argv=None, out=None):
     if parallel and args.compare_all:
         raise InvalidArgument(f"--compare-all runs the data-parallel strategies only; drop {sorted(parallel)}")
     if args.ranks is None:
-        args.ranks = int(np.prod([v for k, v in parallel.items() if k != "pp"] or [1]))
-    layout(dict(parallel), dist.get_world_size() if inside_ranks() else args.ranks)  # bad degrees: stop here
+        args.ranks = int(np.prod(list(parallel.values()) or [1]))
+    layout(dict(opts, **parallel), dist.get_world_size() if inside_ranks() else args.ranks)  # bad ones: stop here
     if degree(parallel, "tp") > 1:
         if args.model != "gpt":
             raise InvalidArgument(f"--tp {parallel['tp']}: only --model gpt has a tensor-parallel layout")
         gpt_parallel.check_sizes(GPT["vocab"], GPT["dim"], GPT["heads"], degree(parallel, "tp"))
+    if degree(parallel, "pp") > 1:
+        if args.model != "gpt":
+            raise InvalidArgument(f"--pp {parallel['pp']}: only --model gpt has a pipeline-stage layout")
+        gpt_parallel.check_stages(degree(parallel, "pp"), GPT["layers"])
     opts.update(parallel)
     runs = [(m, o) for m in sorted(MODELS) for o in ALL] if args.compare_all else [(args.model, opts)]
     for model, o in runs:

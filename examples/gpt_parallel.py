@@ -27,18 +27,29 @@ the mp layers); :func:`shard_values` cuts one-device values into one model-paral
 tensor-parallel run starts from the one-device run's initial values. With one model-parallel rank the
 plain ``TinyGPT`` is built (the mp layers need fleet's ``'model'`` group).
 
+Pipeline stages (``gpt_loss(..., pp, marked=True)``): the ops are put on ``pp`` stages with
+``device_guard("gpu:k")``, the embeddings on the first, the blocks split evenly, the final LayerNorm, the
+logits and the loss on the last. There the output layer is untied -- a linear of its own (column-parallel
+under tensor parallelism), on one device as well, so that both train the same model: the tied weight
+would be read on the first stage and the last, and refimpl's pipeline refuses a parameter used on two
+stages (``refimpl/distributed/pipeline/partition.py``: each stage updates its own copy, so the two uses'
+gradients are never summed). Paddle's dygraph ``PipelineLayer`` ties such a weight with
+``SharedLayerDesc``, all-reducing its gradient over the stages that hold it; refimpl's static pipeline has
+no counterpart.
+
 The last section holds how ``examples/fleet_strategies.py`` lays its ranks out for ``--tp`` /
-``--sharding`` / ``--dp`` / ``--pp`` (checks of the degrees, the strategy switches, which slice of the
-batch a rank trains on).
+``--sharding`` / ``--pp`` / ``--dp`` (checks of the degrees and of the switches a pipelined chain keeps,
+the strategy switches, which slice of the batch a rank trains on).
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Dict, Mapping, Optional
 
 import numpy as np
 
 import refimpl as paddle
-from refimpl.core.errors import InvalidArgument, Unimplemented
+from refimpl.core.errors import InvalidArgument
 from refimpl.distributed.fleet import meta_parallel as mpp
 from refimpl.distributed.fleet.layers.mpu import mp_ops
 
@@ -84,15 +95,19 @@ class ParallelBlock(paddle.nn.Layer):
 
 class ParallelGPT(paddle.nn.Layer):
     """``demo.TinyGPT`` over ``mp`` model-parallel ranks; ``forward`` gives this rank's vocabulary columns
-    of the logits, ``[N, seq, vocab / mp]``."""
+    of the logits, ``[N, seq, vocab / mp]``. ``untied``: the output layer is a column-parallel linear of
+    its own (``out``, ``[dim, vocab / mp]`` per rank) instead of the token embedding (see :func:`gpt_loss`)."""
 
-    def __init__(self, vocab: int, seq: int, dim: int, heads: int, layers: int, mp: int) -> None:
+    def __init__(self, vocab: int, seq: int, dim: int, heads: int, layers: int, mp: int,
+                 untied: bool = False) -> None:
         super().__init__()
         check_sizes(vocab, dim, heads, mp)
         self.seq = seq
         self.tok, self.pos = mpp.VocabParallelEmbedding(vocab, dim), paddle.nn.Embedding(seq, dim)
         self.blocks = paddle.nn.LayerList([ParallelBlock(dim, heads, seq, mp) for _ in range(layers)])
         self.ln_f = paddle.nn.LayerNorm(dim)
+        self.out = (mpp.ColumnParallelLinear(dim, vocab, has_bias=False, gather_output=False)
+                    if untied else None)
         self.mp_group = self.tok.model_parallel_group
 
     def hidden(self, ids, checkpoints: Optional[list] = None):
@@ -105,7 +120,10 @@ class ParallelGPT(paddle.nn.Layer):
         return h
 
     def logits(self, h):
-        """The tied output layer: this rank's vocabulary rows of the token embedding times ``ln_f(h)``."""
+        """This rank's vocabulary columns of the logits: tied, its rows of the token embedding times
+        ``ln_f(h)``; untied, the column-parallel ``out`` (whose ``c_identity`` is its own)."""
+        if self.out is not None:
+            return self.out(self.ln_f(h))
         h = mp_ops._c_identity(self.ln_f(h), group=self.mp_group)
         return paddle.matmul(h, self.tok.weight, transpose_y=True)
 
@@ -123,26 +141,56 @@ def check_sizes(vocab: int, dim: int, heads: int, mp: int) -> None:
         raise InvalidArgument(f"GPT-mini: dim={dim} must be divisible by heads={heads}")
 
 
-def gpt_loss(cfg: Mapping[str, int], mp: int, checkpoints: list):
+def check_stages(pp: int, layers: int) -> None:
+    """A typed error for a pipeline degree GPT-mini's blocks cannot be split into (a stage per block at most)."""
+    if pp < 1 or pp > layers:
+        raise InvalidArgument(f"--pp {pp}: GPT-mini has {layers} transformer blocks, so 1 <= pp_degree <= {layers} "
+                              f"(every stage holds at least one block)")
+
+
+def block_stage(i: int, layers: int, pp: int) -> int:
+    """The pipeline stage of block ``i``: the blocks split evenly, in order."""
+    return i * pp // layers
+
+
+def _stage_guard(stage: int, marked: bool):
+    return paddle.static.device_guard(f"gpu:{stage}") if marked else contextlib.nullcontext()
+
+
+def gpt_loss(cfg: Mapping[str, int], mp: int, checkpoints: list, pp: int = 1, marked: bool = False):
     """Build GPT-mini's mean cross entropy in the current programs (``ids`` / ``labels`` data vars);
-    tensor-parallel when ``mp > 1``. Appends the blocks' output names to ``checkpoints``."""
-    vocab, seq = cfg["vocab"], cfg["seq"]
+    tensor-parallel when ``mp > 1``. Appends the blocks' output names to ``checkpoints``.
+
+    ``pp > 1``: the output layer is untied, a linear of its own (``linear_{6 * layers}.w_0``, ``[dim,
+    vocab]``; column-parallel under ``mp``), on one device as well: the tied weight would be used on the
+    first stage (the lookup) and the last (the logits), and refimpl's pipeline refuses a parameter shared
+    across stages (``pipeline/partition.py``). ``marked``: the ops are put on their stages with
+    ``device_guard("gpu:k")``: the embeddings on stage 0, the blocks split evenly (:func:`block_stage`),
+    the final LayerNorm, the logits and the loss on stage ``pp - 1``."""
+    vocab, seq, layers = cfg["vocab"], cfg["seq"], cfg["layers"]
+    check_stages(pp, layers)
     ids = paddle.static.data("ids", [None, seq], "int64")
     labels = paddle.static.data("labels", [None, seq], "int64")
-    flat_labels = paddle.reshape(labels, [-1, 1])
     if mp <= 1:
         from refimpl.demo import TinyGPT
-        model = TinyGPT(vocab, seq, cfg["dim"], cfg["heads"], cfg["layers"])
+        model = TinyGPT(vocab, seq, cfg["dim"], cfg["heads"], layers)
+        out = paddle.nn.Linear(cfg["dim"], vocab, bias_attr=False) if pp > 1 else None
+    else:
+        model = ParallelGPT(vocab, seq, cfg["dim"], cfg["heads"], layers, mp, untied=pp > 1)
+    with _stage_guard(0, marked):
         h = model.tok(ids) + model.pos(paddle.arange(seq, dtype="int64"))
-        for block in model.blocks:
+    for i, block in enumerate(model.blocks):
+        with _stage_guard(block_stage(i, layers, pp), marked):
             h = block(h)
-            checkpoints.append(h.name)
-        logits = paddle.matmul(model.ln_f(h), model.tok.weight, transpose_y=True)
-        return F.cross_entropy(paddle.reshape(logits, [-1, vocab]), flat_labels)
-    model = ParallelGPT(vocab, seq, cfg["dim"], cfg["heads"], cfg["layers"], mp)
-    logits = model.logits(model.hidden(ids, checkpoints))
-    per_token = mpp.ParallelCrossEntropy()(paddle.reshape(logits, [-1, vocab // mp]), flat_labels)
-    return paddle.mean(per_token)
+        checkpoints.append(h.name)
+    with _stage_guard(pp - 1, marked):
+        flat_labels = paddle.reshape(labels, [-1, 1])
+        if mp <= 1:
+            logits = out(model.ln_f(h)) if out is not None else \
+                paddle.matmul(model.ln_f(h), model.tok.weight, transpose_y=True)
+            return F.cross_entropy(paddle.reshape(logits, [-1, vocab]), flat_labels)
+        per_token = mpp.ParallelCrossEntropy()(paddle.reshape(model.logits(h), [-1, vocab // mp]), flat_labels)
+        return paddle.mean(per_token)
 
 
 def shard_layout(program) -> Dict[str, Optional[int]]:
@@ -182,18 +230,40 @@ def degree(opts: Mapping, name: str) -> int:
     return int(opts.get(name) or 1)
 
 
+AXES = ("tp", "sharding", "pp", "dp")
+PP_MICRO_BATCHES = 2  # pipeline_configs['accumulate_steps'] under --pp: each rank's slice in 2 micro-batches
+#: the strategy switches a pipelined chain keeps: PipelineOptimizer's / ShardingOptimizer's white lists
+#: (recompute, AMP; sharding also LARS and LAMB), as fleet's compiler (Paddle 3.3.1's) chains them
+PIPELINE_CHAINS = {"PipelineOptimizer": ("recompute", "amp"),
+                   "ShardingOptimizer": ("recompute", "amp", "lars", "lamb")}
+STRATEGY_SWITCHES = ("lamb", "lars", "dgc", "localsgd", "adaptive_localsgd", "fp16_allreduce", "gradient_merge")
+
+
+def check_pipeline_strategies(opts: Mapping) -> None:
+    """Under ``--pp``, InvalidArgument for a strategy switch outside the pipelined chain's white list: fleet's
+    compiler would pick another, longer chain (e.g. RawProgramOptimizer -> LambOptimizer) and drop the
+    pipeline, training unpipelined under a ``pp`` row."""
+    pp = degree(opts, "pp")
+    if pp <= 1:
+        return
+    head = "ShardingOptimizer" if degree(opts, "sharding") > 1 else "PipelineOptimizer"
+    for name in STRATEGY_SWITCHES:
+        if opts.get(name) and name not in PIPELINE_CHAINS[head]:
+            flag = name.replace("_", "-")
+            raise InvalidArgument(f"--{flag} with --pp {pp}: {head} chains only {list(PIPELINE_CHAINS[head])} "
+                                  f"(its white list, as Paddle 3.3.1's): for --{flag} fleet would chain another "
+                                  f"optimizer and drop {head} and the pipeline")
+
+
 def layout(opts: dict, nranks: int) -> dict:
     """Check the degrees in ``opts`` against the world size and set ``opts['dp']`` to what is left when it
     is not given. Typed errors naming the option, the same on every rank, before any rank starts."""
-    if degree(opts, "pp") > 1:
-        raise Unimplemented(f"--pp {opts['pp']}: the strategies example has no pipeline-stage layout of GPT-mini "
-                            f"(its output layer is tied to the token embedding, which would span the first and "
-                            f"last stage)")
-    for name in ("tp", "sharding", "dp"):
+    for name in AXES:
         if opts.get(name) is not None and int(opts[name]) < 1:
             raise InvalidArgument(f"--{name} must be >= 1, got {opts[name]}")
-    inner = degree(opts, "tp") * degree(opts, "sharding")
-    given = " x ".join(f"--{k} {opts[k]}" for k in ("tp", "sharding", "dp") if opts.get(k))
+    check_pipeline_strategies(opts)
+    inner = degree(opts, "tp") * degree(opts, "sharding") * degree(opts, "pp")
+    given = " x ".join(f"--{k} {opts[k]}" for k in AXES if opts.get(k))
     if not opts.get("dp") and inner > 1:
         if nranks % inner:
             raise InvalidArgument(f"{given}: {inner} ranks per data-parallel replica do not divide the world "
@@ -204,21 +274,34 @@ def layout(opts: dict, nranks: int) -> dict:
     return opts
 
 
+
 def set_degrees(strategy, opts: Mapping) -> None:
     """Turn on ``strategy``'s sharding (``sharding_configs``: ``sharding_degree``, ``mp_degree``,
-    ``dp_degree``: Paddle's hybrid sharding, whose ``mp_degree`` also lays out the model ring) or, without
-    sharding, its ``tensor_parallel`` (the replicas' data-parallel ring then comes from the world size)."""
-    tp, sharding = degree(opts, "tp"), degree(opts, "sharding")
+    ``pp_degree``, ``dp_degree``: Paddle's hybrid sharding, whose ``mp_degree`` also lays out the model ring)
+    or, without sharding, its ``tensor_parallel`` (the replicas' data-parallel ring then comes from the world
+    size); with ``--pp`` also ``pipeline`` (``accumulate_steps`` :data:`PP_MICRO_BATCHES`, 1F1B) and, without
+    sharding, ``hybrid_configs`` (``dp_degree`` x ``pp_degree`` x ``mp_degree``: fleet's hybrid group)."""
+    tp, sharding, pp, dp = (degree(opts, k) for k in ("tp", "sharding", "pp", "dp"))
+    if pp > 1:
+        strategy.pipeline = True
+        strategy.pipeline_configs = {"accumulate_steps": PP_MICRO_BATCHES, "schedule_mode": "1F1B"}
     if sharding > 1:
         strategy.sharding = True
-        strategy.sharding_configs = {"sharding_degree": sharding, "mp_degree": tp, "dp_degree": degree(opts, "dp")}
-    elif tp > 1:
+        strategy.sharding_configs = {"sharding_degree": sharding, "mp_degree": tp, "pp_degree": pp, "dp_degree": dp}
+        return
+    if tp > 1:
         strategy.tensor_parallel = True
         strategy.tensor_parallel_configs = {"tensor_parallel_degree": tp}
+    if pp > 1:
+        strategy.hybrid_configs = {"dp_degree": dp, "mp_degree": tp, "pp_degree": pp}
 
 
 def data_slice(opts: Mapping, rank: int, nranks: int) -> tuple:
-    """(this rank's slice of the batch, how many slices): the ``tp`` neighbours of a rank (one
-    model-parallel group, ``rank // tp``) share a slice; sharding and dp ranks each take their own."""
-    tp = degree(opts, "tp")
-    return rank // tp, max(nranks // tp, 1)
+    """(this rank's slice of the batch, how many slices). Ranks are laid out as Paddle's hybrid sharding
+    does ("mp --> sharding --> pp --> dp", ``ShardingOptimizer._build_groups``; without sharding the same as
+    ``CommunicateTopology``'s data, pipe, model): the ``tp`` neighbours of a rank and the stages of one
+    pipeline share a slice; each (dp rank, sharding rank) takes its own."""
+    tp, sharding, pp = degree(opts, "tp"), degree(opts, "sharding"), degree(opts, "pp")
+    sharding_rank = (rank // tp) % sharding
+    dp_rank = rank // (tp * sharding * pp)
+    return dp_rank * sharding + sharding_rank, max(nranks // (tp * pp), 1)

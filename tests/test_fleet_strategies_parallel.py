@@ -15,7 +15,13 @@
 * the tensor-parallel model's parameters have the one-device names, and ``shard_values`` cuts them so
   that the shards put back together are the one-device values;
 * tp 2 x sharding 2 gives one device too, each sharding group splitting its tp rank's shards;
-* bad degrees stop with a typed error naming the option; the issue's three commands run.
+* bad degrees stop with a typed error naming the option; the issue's three commands run;
+* pipeline stages (``--pp``, alone and with dp, tp, sharding, tp x sharding + recompute): every step's
+  loss, fetched on the last stage, equals one device's within the same 1e-6 (the micro-batch gradients
+  are averaged in float32 merge buffers: another order of the same sums), both models with the untied
+  output layer; each stage holds the closed-form count of its own parameters (embeddings + block 0 /
+  block 1 + final LayerNorm + output layer), ops on the stages ``device_guard`` names;
+  switches fleet would drop the pipeline for are typed errors.
 """
 import os
 import re
@@ -32,7 +38,7 @@ sys.path.insert(0, EXAMPLES)
 
 import fleet_strategies as fs  # noqa: E402
 import gpt_parallel as gp  # noqa: E402
-from refimpl.core.errors import InvalidArgument, Unimplemented  # noqa: E402
+from refimpl.core.errors import InvalidArgument  # noqa: E402
 
 TOL = 1e-6  # float32 losses of ~3.8: ~4 ulps (the module docstring)
 STEPS = 3
@@ -127,7 +133,12 @@ def test_tp_parameters_keep_the_one_device_names_and_shards_reassemble():
     (["--sharding", "2", "--dp", "2", "--ranks", "2"], InvalidArgument, "--sharding 2 x --dp 2"),
     (["--tp", "4"], InvalidArgument, "heads=2"),
     (["--tp", "2", "--model", "lenet"], InvalidArgument, "--tp 2"),
-    (["--pp", "2", "--ranks", "2"], Unimplemented, "--pp 2"),
+    (["--pp", "3"], InvalidArgument, "--pp 3: GPT-mini has 2 transformer blocks"),
+    (["--pp", "2", "--model", "lenet"], InvalidArgument, "--pp 2"),
+    (["--pp", "2", "--ranks", "3"], InvalidArgument, "--pp 2"),
+    (["--pp", "2", "--lamb"], InvalidArgument, "--lamb with --pp 2"),
+    (["--pp", "2", "--gradient-merge", "2"], InvalidArgument, "--gradient-merge with --pp 2"),
+    (["--sharding", "2", "--pp", "2", "--dgc"], InvalidArgument, "--dgc with --pp 2"),
     (["--tp", "2", "--compare-all"], InvalidArgument, "--compare-all"),
     (["--tp", "0"], InvalidArgument, "--tp must be >= 1"),
 ])
@@ -205,3 +216,95 @@ def test_benchmark_table_of_sharding_and_tensor_parallelism():
                       r"([0-9.]+)x", out.stdout, re.M)
         assert m, out.stdout
         assert low < float(m.group(1)) < high and low < float(m.group(2)) < high, m.group(0)
+
+
+# ---- pipeline stages (--pp) --------------------------------------------------------------------------------
+def _block_floats(d):
+    """One transformer block's parameter values: ln1, q/k/v, o, ln2, fc1, fc2 (weights and biases)."""
+    return 2 * d + 3 * (d * d + d) + (d * d + d) + 2 * d + (d * 4 * d + 4 * d) + (4 * d * d + d)
+
+
+def _stage_floats(cfg, stage, tp=1):
+    """GPT-mini's values on pipeline stage ``stage`` of 2 (one block each; the output layer untied), on one
+    rank of ``tp``, counted by hand: stage 0 the token + position embeddings and block 0, stage 1 block 1,
+    the final LayerNorm and the output weight ``[dim, vocab]``. Under TP the token embedding, the output
+    weight and the split part of a block (q/k/v/fc1 weights and biases, o/fc2 weights) are 1/tp."""
+    v, s, d = cfg["vocab"], cfg["seq"], cfg["dim"]
+    block_whole = 2 * d + d + 2 * d + d                       # ln1, o bias, ln2, fc2 bias
+    block = (_block_floats(d) - block_whole) // tp + block_whole
+    return v * d // tp + s * d + block if stage == 0 else block + 2 * d + d * v // tp
+
+
+def _stage_of(rank, opts):
+    """The pipeline stage of ``rank`` (ranks in Paddle's order: mp -> sharding -> pp -> dp)."""
+    return (rank // (fs.degree(opts, "tp") * fs.degree(opts, "sharding"))) % fs.degree(opts, "pp")
+
+
+def test_stage_count_of_one_device_is_the_untied_programs():
+    """The two stages' hand counts add up to the one-device program's under --pp (its output layer untied:
+    ``linear_12.w_0``, [dim, vocab], and no matmul with the token embedding)."""
+    main, *_ = fs.build_program("gpt", {"pp": 2}, False)
+    params = {p.name: list(p.shape) for p in main.global_block().all_parameters()}
+    assert sum(int(np.prod(s)) for s in params.values()) == _stage_floats(fs.GPT, 0) + _stage_floats(fs.GPT, 1)
+    assert params["linear_12.w_0"] == [fs.GPT["dim"], fs.GPT["vocab"]]
+    assert not any("embedding_0.w_0" in op.input_arg_names for op in main.global_block().ops
+                   if op.type == "matmul_v2")
+
+
+PP_CASES = [({"pp": 2}, 2, ["PipelineOptimizer"]), ({"pp": 2, "dp": 2}, 4, ["PipelineOptimizer"]),
+            ({"tp": 2, "pp": 2}, 4, ["PipelineOptimizer"]), ({"sharding": 2, "pp": 2}, 4, ["ShardingOptimizer"]),
+            ({"tp": 2, "pp": 2, "sharding": 2, "recompute": True}, 8, ["ShardingOptimizer", "RecomputeOptimizer"])]
+
+
+@pytest.mark.parametrize("opts, nranks, applied", PP_CASES, ids=["pp2", "pp2xdp2", "tp2xpp2", "sharding2xpp2",
+                                                                "tp2xpp2xsharding2-recompute"])
+def test_pipeline_stages_give_one_device(opts, nranks, applied):
+    base, ranks = _train(opts, nranks)
+    stages = [_stage_of(r, opts) for r in range(nranks)]
+    last = [r["losses"] for r, s in zip(ranks, stages) if s == 1]
+    assert len(last) == nranks // 2 and all(np.isnan(r["losses"]).all() for r, s in zip(ranks, stages) if s == 0)
+    np.testing.assert_allclose(np.mean(last, axis=0), base["losses"], rtol=0, atol=TOL)
+    assert all(r["applied"] == applied for r in ranks)
+    tp, sharding = fs.degree(opts, "tp"), fs.degree(opts, "sharding")
+    assert base["params"] == 4 * (_stage_floats(fs.GPT, 0) + _stage_floats(fs.GPT, 1))
+    for r, s in zip(ranks, stages):   # ZeRO-1 under sharding: a stage's parameters whole on its ranks
+        assert r["params"] == 4 * _stage_floats(fs.GPT, s, tp), (r["params"], s)
+    for first in range(0, nranks, tp * sharding):   # a stage's sharding group: the ranks tp apart
+        for m in range(tp):
+            group = [ranks[first + m + tp * k] for k in range(sharding)]
+            want = 4 * _stage_floats(fs.GPT, stages[first], tp)   # one Momentum velocity per value
+            assert sum(r["opt"] for r in group) == want and all(0 < r["opt"] <= want for r in group)
+
+
+def test_pipeline_stages_hold_what_device_guard_names():
+    """Under --pp 2 stage 0 holds the embeddings and block 0 (linear_0..5, layer_norm_0/1), stage 1 block 1,
+    the final LayerNorm and the untied output layer (linear_6..12, layer_norm_2..4)."""
+    from refimpl.distributed.communication import run_in_process
+
+    def rank_fn():
+        main, *_ = fs.build_program("gpt", fs.layout({"pp": 2}, 2), True)
+        run = main._pipeline_opt
+        return run.stage, sorted(p.name for p in main.global_block().all_parameters() if run.has_var(p.name))
+
+    out = run_in_process(2, rank_fn, timeout=120)
+    names = lambda kind, ks: {f"{kind}_{k}.{w}" for k in ks for w in ("w_0", "b_0")}  # noqa: E731
+    want0 = {"embedding_0.w_0", "embedding_1.w_0"} | names("linear", range(6)) | names("layer_norm", (0, 1))
+    want1 = (names("linear", range(6, 12)) | {"linear_12.w_0"} | names("layer_norm", (2, 3, 4)))
+    assert [o[0] for o in out] == [0, 1]
+    assert set(out[0][1]) == want0 and set(out[1][1]) == want1
+
+
+def test_command_line_pp_on_two_in_process_ranks():
+    diff, applied, params, p_ratio, o_ratio = _run([sys.executable, "examples/fleet_strategies.py", "--pp", "2",
+                                                    "--ranks", "2", "--steps", "2"])
+    assert abs(diff) <= TOL and applied == "'PipelineOptimizer'" and len(params) == 2
+    assert 0.45 < p_ratio < 0.55 and 0.45 < o_ratio < 0.55
+
+
+def test_command_line_tp_pp_sharding_recompute_on_eight_ranks_through_launch():
+    """Issue 19's command: 8 in-process ranks, tp 2 x pp 2 x sharding 2 with recompute."""
+    diff, applied, params, p_ratio, o_ratio = _run(
+        [sys.executable, "-m", "refimpl.distributed.launch", "--nproc_per_node", "8", "--in-process",
+         "examples/fleet_strategies.py", "--tp", "2", "--pp", "2", "--sharding", "2", "--recompute", "--steps", "2"])
+    assert abs(diff) <= TOL and applied == "'ShardingOptimizer', 'RecomputeOptimizer'" and len(params) == 8
+    assert 0.2 < p_ratio < 0.3 and o_ratio < 0.25
