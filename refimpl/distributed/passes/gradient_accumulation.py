@@ -35,13 +35,20 @@ MERGE_SUFFIX = "@GRAD@MERGE"
 
 
 def params_grads_of(program: Program) -> List[Tuple[str, str]]:
-    """(param name, grad name) for every optimizer op that carries ``op_role_var``."""
+    """(param name, grad name) for every optimizer op that carries ``op_role_var`` as such pairs.
+
+    Ops whose ``op_role_var`` lists gradients only (AMP's ``check_finite_and_unscale``, written under
+    ``_optimized_guard(grads)``) are not read as pairs: a pair starts with a parameter.
+    """
     pairs = {}  # insertion-ordered set
-    for op in program.global_block().ops:
+    block = program.global_block()
+    for op in block.ops:
         if op.role() & OpRole.Optimize and op.has_attr(OP_ROLE_VAR_ATTR):
             rv = op.attr(OP_ROLE_VAR_ATTR)
             for i in range(0, len(rv) - 1, 2):
-                pairs.setdefault((rv[i], rv[i + 1]))
+                var = block.vars.get(rv[i])
+                if var is not None and var.is_parameter:
+                    pairs.setdefault((rv[i], rv[i + 1]))
     return list(pairs)
 
 
