@@ -5,10 +5,12 @@ does with the optimizer-role ops ``static/amp`` appends
 (``check_finite_and_unscale``, ``concat``, ``reduce_any``,
 ``update_loss_scaling``, ``memcpy``): they go on every stage ("gpu:all"),
 each stage's copy keeps only the gradients of its own parameters, and the
-``reduce_any`` flag is all-reduced (max, over an int32 cast) across the
-stages, so that every stage skips or takes the same update and keeps the
-same loss scaling. Differences: the flag's ring is one of the pipeline's
-own rings (``AMP_RING`` past its ring offset), and the ops become
+``reduce_any`` flag (or, when AMP wrote one ``check_finite_and_unscale``
+for all gradients, as it does under sharding, that op's flag) is
+all-reduced (max, over an int32 cast) across the stages, so that every
+stage skips or takes the same update and keeps the same loss scaling.
+Differences: the flag's ring is one of the pipeline's own rings
+(``AMP_RING`` past its ring offset), and the ops become
 ``Spec`` items of the stage programs instead of being pruned in place.
 """
 from __future__ import annotations
@@ -50,9 +52,17 @@ def stage_copy(op: Any, owns: Callable[[str], bool], made: Set[str], ring: int, 
     specs = [Spec(op.type, ins, outs, attrs)]
     if op.type == "reduce_any" and num_stages > 1:
         specs += _flag_all_reduce(block, outs["Out"][0], ring)
+    elif op.type == "check_finite_and_unscale" and num_stages > 1 and not _has_reduce_any(block):
+        # one check for all gradients (AMP not "distributed", as under sharding): its flag is the flag
+        specs += _flag_all_reduce(block, outs["FoundInfinite"][0], ring)
     for sp in specs:
         made.update(n for ns in sp.outputs.values() for n in ns)
     return specs
+
+
+def _has_reduce_any(block: Any) -> bool:
+    """Whether AMP combined per-gradient flags (``concat`` + ``reduce_any``), as it does when distributed."""
+    return any(o.type == "reduce_any" and is_amp_op(o) for o in block.ops)
 
 
 def _flag_all_reduce(block: Any, flag: str, ring: int) -> List[Spec]:

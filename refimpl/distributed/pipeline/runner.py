@@ -135,14 +135,20 @@ def add_dp_sync(program: Program, merge_names: Iterable[str], dp_degree: int, ri
 
 
 def add_model_parallel_flag_sync(program: Program, ring_id: int) -> None:
-    """After each all-reduce of AMP's found-inf flag over the stages, the same max over ``ring_id``."""
+    """After each chain of all-reduces of AMP's found-inf flag (over the stages, then the rings added by
+    earlier calls), the same max over ``ring_id``: calls for several rings chain, one max per ring."""
     block = program.global_block()
-    for i in reversed(range(len(block.ops))):
-        op = block.ops[i]
-        if op.type == "c_allreduce_max" and op.input("X")[0].endswith("@CAST_INT32"):
-            block._insert_op(i + 1, type="c_allreduce_max", inputs={"X": op.input("X")},
-                             outputs={"Out": op.output("Out")},
-                             attrs={"ring_id": ring_id, "use_calc_stream": True, "op_role": OpRole.Optimize})
+    ops = block.ops
+    for i in reversed(range(len(ops))):
+        op = ops[i]
+        if op.type != "c_allreduce_max" or not op.input("X")[0].endswith("@CAST_INT32"):
+            continue
+        nxt = ops[i + 1] if i + 1 < len(ops) else None
+        if nxt is not None and nxt.type == "c_allreduce_max" and nxt.input("X") == op.input("X"):
+            continue  # not the chain's last
+        block._insert_op(i + 1, type="c_allreduce_max", inputs={"X": op.input("X")},
+                         outputs={"Out": op.output("Out")},
+                         attrs={"ring_id": ring_id, "use_calc_stream": True, "op_role": OpRole.Optimize})
 
 
 def update_every_k(program: Program, startup: Program, k: int) -> Program:

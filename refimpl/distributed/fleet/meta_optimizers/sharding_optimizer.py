@@ -31,9 +31,13 @@ Paddle's section programs: the program becomes refimpl's pipeline Plan
 (``pipeline_optimizer.apply_pipeline``, the ranks of one stage's sharding x mp
 group as its innermost axis) and each stage's optimizer job is sharded over the
 stage's sharding group (``sharding/pipeline_sharding.py``: ZeRO-1, parameters
-whole). There ``gradient_merge_acc_step > 1``, ``optimize_offload`` /
-``optimize_cast``, ``_dp_as_optimizer_sharding``, AMP and gradient clipping
-raise Unimplemented naming the option.
+whole). AMP (fp16 O1) and ``ClipGradByGlobalNorm`` work there: the found-inf
+flag is max-reduced over the pipe, mp and sharding rings, the global norm
+summed over the sharding, mp and pipe rings, each parameter once.
+As in Paddle, ``gradient_merge_acc_step`` is not used there (the merge is the
+pipeline's ``accumulate_steps``; refimpl warns when it is set > 1);
+``optimize_offload`` / ``optimize_cast``, ``_dp_as_optimizer_sharding``, other
+clips and pure fp16 / bf16 AMP raise Unimplemented naming the option.
 
 refimpl additions: :meth:`_check_configs` rejects bad configs with typed
 errors before anything is built (the same on every rank), among them
@@ -62,7 +66,8 @@ from ..utils.log_util import logger
 from . import program_rings
 from .collective_helper import init_communicator
 from .meta_optimizer_base import MetaOptimizerBase, ParamsGrads
-from .sharding.config_checks import check_model_parallel_ops, check_pipeline_configs
+from .sharding.config_checks import optimizer_chain, check_model_parallel_ops, check_pipeline_configs, \
+    global_norm_clip
 from .sharding.fp16_helper import FP16Utils
 from .sharding.gradient_clip_helper import GradientClipHelper
 from .sharding.gradient_merge import GradientMergeMixin
@@ -76,6 +81,8 @@ from .sharding.utils import OP_ROLE_KEY, insert_scale_loss_grad_ops
 _SEGMENT_STRATEGIES = ("segment_broadcast_MB", "segment_anchors")
 #: sharding x pp: the pipeline's data rings (one per stage x sharding x mp rank) count down from here
 _PIPELINE_DP_RING_BASE = 9000
+#: sharding x pp with a global-norm clip: the ring of pipe i (its pp stages) is this + i
+_PIPELINE_PP_RING_BASE = 9500
 
 
 class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptimizerBase):
@@ -182,6 +189,13 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
         self.gradient_merge_mode = "sharding_gm"
         self._grad2merged_grad: dict = {}
         self._gradient_merge_acc_step = int(c["gradient_merge_acc_step"])
+        if self.pp_degree > 1:   # as Paddle: the pipeline's micro-batches are the merge; the option is unused
+            if self._gradient_merge_acc_step > 1:
+                logger.warning(f"sharding_configs['gradient_merge_acc_step'] = {self._gradient_merge_acc_step} is "
+                               f"not used with pp_degree = {self.pp_degree}: the gradients are merged over the "
+                               "pipeline's accumulate_steps micro-batches of each run (as in Paddle)")
+            self.gradient_merge_mode = "pp_gm"
+            self._gradient_merge_acc_step = int(self.user_defined_strategy.pipeline_configs["accumulate_steps"])
         self._optimizer_sharding = False
         self.pp_allreduce_in_optimize = c["pp_allreduce_in_optimize"]
 
@@ -224,11 +238,15 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
     def _minimize_with_pipeline(self, loss: Any, startup_program: Optional[Any], parameter_list: Any,
                                 no_grad_set: Any) -> Tuple[List[Any], ParamsGrads]:
         """sharding x pp (x mp x dp): refimpl's pipeline Plan, its optimizer job sharded over the stage's
-        sharding group (``sharding/pipeline_sharding.py``)."""
+        sharding group (``sharding/pipeline_sharding.py``); AMP's found-inf flag max-reduced over the pipe
+        (``pipeline/amp.py``), mp and sharding rings; a global-norm clip written into the optimizer job."""
         from refimpl.distributed.pipeline.hybrid import HybridLayout, broadcast_stage_params
+        from refimpl.distributed.pipeline.runner import add_model_parallel_flag_sync
         from .pipeline_optimizer import _given_pipeline_configs, apply_pipeline
         from .sharding.pipeline_sharding import shard_optimizer_job, stage_params
-        optimize_ops, params_grads = self._inner_opt_minimize(loss, startup_program, parameter_list, no_grad_set)
+        clip = global_norm_clip(self.user_defined_optimizer)
+        optimize_ops, params_grads = self._minimize_without_clip(loss, startup_program, parameter_list,
+                                                                 no_grad_set)
         self._init_comm()
         # Paddle's rank order (mp -> sharding -> pp -> dp) is the pipeline's (mp -> pp -> dp) with the
         # sharding x mp ranks of one stage as its innermost axis
@@ -238,12 +256,16 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
         pipeline = apply_pipeline(self._main_program, self._startup_program, loss,
                                   _given_pipeline_configs(self.user_defined_strategy), self.global_rank,
                                   self.dp_degree, self.pp_degree, 1, None, mp=inner, layout=layout,
-                                  bind_model_ring=False, broadcast_params=False)
+                                  bind_model_ring=False, broadcast_params=False,
+                                  flag_ring=self.mp_ring_id if self.mp_degree > 1 else None)
         job = pipeline.plans[layout.stage].program("optimizer")
         params = stage_params(job)
         if self.sharding_degree > 1:
             self._shard = shard_optimizer_job(job, self._startup_program, self.sharding_rank, self.sharding_degree,
                                               self.sharding_ring_id)
+            add_model_parallel_flag_sync(job, self.sharding_ring_id)
+        if clip is not None:
+            self._clip_in_pipeline(job, clip, layout)
         for degree, ring, skip in ((self.mp_degree, self.mp_ring_id, True),
                                    (self.sharding_degree, self.sharding_ring_id, False),
                                    (self.dp_degree, self.dp_ring_id, False)):
@@ -251,6 +273,39 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
                 broadcast_stage_params(self._startup_program, params, ring, skip_distributed=skip)
         self._pipeline = pipeline
         return optimize_ops, params_grads
+
+    def _minimize_without_clip(self, loss: Any, startup_program: Optional[Any], parameter_list: Any,
+                               no_grad_set: Any) -> Tuple[List[Any], ParamsGrads]:
+        """The inner minimize with the optimizers' ``_grad_clip`` unset (the pipeline would cut the clip ops
+        across stages; ``_clip_in_pipeline`` writes them into the optimizer job), then set back."""
+        holders = [o for o in optimizer_chain(self.user_defined_optimizer)
+                   if getattr(o, "_grad_clip", None) is not None]
+        clips = [o._grad_clip for o in holders]
+        for o in holders:
+            o._grad_clip = None
+        try:
+            return self._inner_opt_minimize(loss, startup_program, parameter_list, no_grad_set)
+        finally:
+            for o, c in zip(holders, clips):
+                o._grad_clip = c
+
+    def _clip_in_pipeline(self, job: Any, clip: Any, layout: Any) -> None:
+        """``clip`` (a ClipGradByGlobalNorm) on ``job``'s gradients, the norm summed over the sharding, mp and
+        pipe groups (a ring per pipe, made by every rank in the same order), replicated mp params once."""
+        from refimpl.distributed.communication import context
+        from .sharding.pipeline_sharding import clip_merged_gradients
+        ctx = context.current()
+        for i, ranks in enumerate(layout.pipes):
+            if _PIPELINE_PP_RING_BASE + i not in ctx.groups and layout.can_host():
+                ctx.add_group(_PIPELINE_PP_RING_BASE + i, ranks)
+        rings = [r for d, r in ((self.sharding_degree, self.sharding_ring_id), (self.mp_degree, self.mp_ring_id))
+                 if d > 1] + [_PIPELINE_PP_RING_BASE + layout.pipe_index]
+        main = self._main_program.global_block()
+        distributed = {p.name for p in main.all_parameters() if getattr(p, "is_distributed", False)}
+        need_clip = {p.name for p in main.all_parameters() if getattr(p, "need_clip", True) is not False}
+        mp_rank = self.mp_rank if self.mp_degree > 1 else 0
+        clip_merged_gradients(job, clip.clip_norm, need_clip.__contains__,
+                              lambda p: mp_rank == 0 or p in distributed, rings)
 
     def _inner_opt_minimize(self, loss: Any, startup_program: Optional[Any], parameter_list: Any,
                             no_grad_set: Any) -> Tuple[List[Any], ParamsGrads]:

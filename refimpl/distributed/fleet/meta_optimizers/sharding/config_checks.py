@@ -11,7 +11,9 @@ message on every rank (they read only the program and the strategy):
   ``mp_degree`` ranks. Paddle would build such a program and fail, or compute
   with the wrong shards, when it runs.
 * :func:`check_pipeline_configs`: with ``pp_degree > 1`` the options that
-  refimpl's optimizer-job sharding (``pipeline_sharding.py``) does not write.
+  refimpl's optimizer-job sharding (``pipeline_sharding.py``) does not write
+  (offload / cast, a clip other than
+  ``ClipGradByGlobalNorm``, pure fp16 / bf16 AMP).
 """
 from __future__ import annotations
 
@@ -52,16 +54,33 @@ def check_pipeline_configs(configs: Any, pp: int, strategy: Any, optimizer: Any)
         if configs[key]:
             raise Unimplemented(f"sharding_configs['{key}'] = True with pp_degree = {pp}: not implemented in "
                                 "refimpl's sharding x pipeline")
-    if int(configs["gradient_merge_acc_step"]) > 1:
-        raise Unimplemented(f"sharding_configs['gradient_merge_acc_step'] = {configs['gradient_merge_acc_step']} "
-                            f"with pp_degree = {pp}: the pipeline's accumulate_steps merges the micro-batches; "
-                            "merging across runs as well is not implemented in refimpl's sharding x pipeline")
-    if strategy.amp or any(getattr(o, "_grad_clip", None) is not None for o in _optimizer_chain(optimizer)):
-        raise Unimplemented("sharding_configs['pp_degree'] > 1 with AMP or gradient clipping: not implemented "
-                            "in refimpl's sharding x pipeline")
+    scale = strategy.gradient_scale_configs["scale_strategy"]
+    if scale != "avg":   # Paddle asserts it for the pipeline
+        raise InvalidArgument(f"gradient_scale_configs['scale_strategy'] = {scale!r} with sharding_configs"
+                              f"['pp_degree'] = {pp}: for pipeline mode the gradient scale mode should be 'avg'")
+    clips = [o._grad_clip for o in optimizer_chain(optimizer) if getattr(o, "_grad_clip", None) is not None]
+    for clip in clips:
+        if type(clip).__name__ != "ClipGradByGlobalNorm":
+            raise Unimplemented(f"sharding_configs['pp_degree'] = {pp} with grad_clip {type(clip).__name__}: "
+                                "refimpl's sharding x pipeline clips by the global norm only "
+                                "(ClipGradByGlobalNorm)")
+    if strategy.amp:
+        amp = strategy.amp_configs
+        for key in ("use_pure_fp16", "use_pure_bf16"):
+            if amp[key]:
+                raise Unimplemented(f"amp_configs['{key}'] = True with sharding_configs['pp_degree'] = {pp}: "
+                                    "refimpl's sharding x pipeline runs fp16 O1 dynamic loss scaling only")
 
 
-def _optimizer_chain(optimizer: Any) -> List[Any]:
+def global_norm_clip(optimizer: Any) -> Any:
+    """The ``ClipGradByGlobalNorm`` of ``optimizer``'s chain (None when it clips nothing)."""
+    for o in optimizer_chain(optimizer):
+        if getattr(o, "_grad_clip", None) is not None:
+            return o._grad_clip
+    return None
+
+
+def optimizer_chain(optimizer: Any) -> List[Any]:
     """``optimizer`` and the optimizers it wraps (``inner_opt`` / ``_optimizer``)."""
     out: List[Any] = []
     while optimizer is not None and all(optimizer is not o for o in out):
@@ -70,4 +89,4 @@ def _optimizer_chain(optimizer: Any) -> List[Any]:
     return out
 
 
-__all__ = ["check_model_parallel_ops", "check_pipeline_configs", "MP_OPS"]
+__all__ = ["check_model_parallel_ops", "check_pipeline_configs", "global_norm_clip", "optimizer_chain", "MP_OPS"]

@@ -21,6 +21,11 @@ the micro-batches into ``{param}@GRAD@MERGE``):
    ``Shard``: contiguous runs of roughly equal bytes);
 3. after the updates, each parameter is broadcast from its owner.
 
+With ``ClipGradByGlobalNorm`` the inner optimizer builds no clip ops (the
+pipeline would cut them across stages); :func:`clip_merged_gradients` writes
+them into the optimizer job instead, after AMP's ops, the norm summed over
+the sharding, mp and pipe groups, each parameter counted once.
+
 Difference from Paddle: the parameters (and the forward and backward jobs)
 stay whole on every rank of a stage: this is ZeRO-1 (optimizer state), the
 shape of Paddle's ``_dp_as_optimizer_sharding``, not the per-segment
@@ -28,8 +33,9 @@ parameter broadcasts of Paddle's sharding x pp programs.
 """
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, Callable, List, Sequence
 
+from refimpl.core.dtypes import to_vartype
 from refimpl.core.errors import InvalidArgument
 from refimpl.distributed.passes.gradient_accumulation import MERGE_SUFFIX
 from refimpl.framework.op_role import OpRole
@@ -72,6 +78,62 @@ def shard_optimizer_job(program: Any, startup: Any, sharding_rank: int, sharding
     return shard
 
 
+def clip_merged_gradients(program: Any, clip_norm: float, clipped: Callable[[str], bool],
+                          counted: Callable[[str], bool], rings: Sequence[int]) -> None:
+    """``ClipGradByGlobalNorm`` on the accumulated gradients of ``program`` (this rank's optimizer job), in place.
+
+    Paddle's clip ops (``squared_l2_norm`` per gradient, ``sum``, ``sqrt``,
+    ``elementwise_max`` with ``clip_norm``, ``elementwise_div``,
+    ``elementwise_mul``) put after AMP's ops and before the first update: the
+    squares of the gradients this rank updates and ``counted(param)`` admits
+    are summed, then all-reduced over each of ``rings`` -- Paddle's
+    ``GradientClipHelper.sync_global_norm`` over the sharding, mp and pp rings
+    -- so that every parameter of the model is counted exactly once (the
+    caller's ``counted`` drops, on mp ranks but the first, the parameters the
+    model-parallel ranks replicate). The gradients of the update ops whose
+    parameter is ``clipped`` (``need_clip``) are then scaled; the others are
+    neither counted nor scaled, as in Paddle.
+    """
+    block = program.global_block()
+    ops = list(block.ops)
+    updates = [op for op in ops if op.role() & OpRole.Optimize and "Param" in op.input_names
+               and op.input("Param")]
+    at = ops.index(updates[0]) if updates else next(
+        (i for i, op in enumerate(ops) if op.type == "broadcast"), len(ops))
+    grads = [(op.input("Param")[0], op.input("Grad")[0]) for op in updates if clipped(op.input("Param")[0])]
+    dtype = block.var(grads[0][1] if grads else stage_params(program)[0]).dtype
+    role = {OP_ROLE_KEY: OpRole.Optimize}
+
+    def tmp(name: str) -> str:
+        block.create_var(name=name, shape=[1], dtype=dtype)
+        return name
+
+    def put(op_type: str, ins: dict, outs: dict, attrs: dict) -> None:
+        nonlocal at
+        block._insert_op(at, type=op_type, inputs=ins, outputs=outs, attrs=dict(role, **attrs))
+        at += 1
+
+    base = "gradient_clip_global_norm"
+    squares = [tmp(f"{base}.zero")]
+    put("fill_constant", {}, {"Out": [squares[0]]}, {"shape": [1], "dtype": to_vartype(dtype), "value": 0.0})
+    for p, g in grads:
+        if counted(p):
+            squares.append(tmp(f"{g}@SQUARED_L2_NORM"))
+            put("squared_l2_norm", {"X": [g]}, {"Out": [squares[-1]]}, {})
+    total = tmp(f"{base}.sum")
+    put("sum", {"X": squares}, {"Out": [total]}, {})
+    for ring in rings:
+        put("c_allreduce_sum", {"X": [total]}, {"Out": [total]}, {"ring_id": ring, "use_calc_stream": True})
+    norm, max_norm, biggest, ratio = (tmp(f"{base}.{k}") for k in ("sqrt", "clip_norm", "max", "scale"))
+    put("sqrt", {"X": [total]}, {"Out": [norm]}, {})
+    put("fill_constant", {}, {"Out": [max_norm]}, {"shape": [1], "dtype": to_vartype(dtype),
+                                                   "value": float(clip_norm)})
+    put("elementwise_max", {"X": [max_norm], "Y": [norm]}, {"Out": [biggest]}, {"axis": -1})
+    put("elementwise_div", {"X": [max_norm], "Y": [biggest]}, {"Out": [ratio]}, {"axis": -1})
+    for _, g in grads:
+        put("elementwise_mul", {"X": [g], "Y": [ratio]}, {"Out": [g]}, {"axis": -1})
+
+
 def _sum_merge_buffers(block: Any, params: Sequence[str], degree: int, ring: int) -> None:
     at = 0
     for n in params:
@@ -97,4 +159,4 @@ def _prune_startup_state(block: Any, shard: Shard, params: Sequence[str]) -> Non
         block._remove_var(name)
 
 
-__all__ = ["shard_optimizer_job", "stage_params"]
+__all__ = ["clip_merged_gradients", "shard_optimizer_job", "stage_params"]
