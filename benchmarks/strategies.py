@@ -52,21 +52,17 @@ PARALLEL = [({"sharding": 2}, 2), ({"tp": 2}, 2), ({"tp": 2, "dp": 2}, 4), ({"sh
 
 
 def rings():
-    """This rank's ring table (ring id -> communicator, ring id -> ranks). A tensor-parallel or sharding
+    """This rank's ring table (ring id -> (ranks, communicator)). A tensor-parallel or sharding
     program binds the ring ids it uses to its own groups as it is built (``program_rings.bind_rings``),
     so each program here keeps the table it was built with and runs with it: the collective kernels
     look their ring up when they run."""
     from refimpl.distributed.communication import context
-    ctx = context.current()
-    return dict(ctx.comms), dict(ctx.groups)
+    return context.current().snapshot_rings()
 
 
 def use_rings(table):
     from refimpl.distributed.communication import context
-    ctx = context.current()
-    for mine, saved in zip((ctx.comms, ctx.groups), table):
-        mine.clear()
-        mine.update(saved)
+    context.current().restore_rings(table)
 
 
 def side_by_side_rank(opts, batches, nranks):

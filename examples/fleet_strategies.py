@@ -84,6 +84,8 @@ under TP do not: each rank's trust ratio uses its shard's norms (Paddle's
 ``lamb`` / ``lars_momentum`` ops see only the shard). On the NumPy backend float16
 AMP inserts no casts (as Paddle's CPU wheel): its row says so instead of
 measuring AMP; run with ``REFIMPL_BACKEND=cuda`` for the float16 program.
+``--sharding`` with ``--gradient-merge`` is gradient merge alone (the compiler drops
+sharding, as Paddle 3.3.1's; the row says so). Bad degrees: ``error: ...``, exit 2.
 """
 import argparse
 import collections
@@ -291,7 +293,8 @@ def compare(model, opts, nranks, steps, out):
           f"diff {final - b:+.2e})  peak {peak / 1024:8.1f} KiB ({peak / max(base['peak'], 1):4.2f}x, "
           f"activations {acts / 1024:.1f} KiB vs {base['acts'] / 1024:.1f})  "
           f"step {step_time * 1e3:7.2f} ms ({step_time / max(base['time'], 1e-9):4.2f}x)  "
-          f"applied {results[0]['applied']}  [{note(model, opts, nranks, results[0]['facts'])}]", file=out, flush=True)
+          f"applied {results[0]['applied']}  [{note(model, opts, nranks, results[0]['facts'], results[0]['applied'])}]",
+          file=out, flush=True)
     print("       " + "; ".join(
         f"{label} per rank {' '.join(f'{r[k] / 1024:.1f}' for r in results)} KiB "
         f"({max(r[k] for r in results) / max(base[k], 1):.2f}x one device's {base[k] / 1024:.1f})"
@@ -299,9 +302,12 @@ def compare(model, opts, nranks, steps, out):
     return True
 
 
-def note(model, opts, nranks, facts):
+def note(model, opts, nranks, facts, applied=()):
     """What the diff column means for this row (see the docstring's last paragraph)."""
     notes, op_counts = [], facts["ops"]
+    if degree(opts, "sharding") > 1 and "ShardingOptimizer" not in applied:   # Paddle 3.3.1's compiler does so
+        notes.append("sharding dropped by the strategy compiler" + (" (gradient merge excludes it): merge under "
+                     "sharding with sharding_configs['gradient_merge_acc_step']" if opts.get("gradient_merge") else ""))
     if recompute_inside_bf16(opts):
         notes.append("recompute: a RecomputeOptimizer inside decorate_bf16, not fleet's")
     if opts.get("amp") == "fp16" and "float16" not in facts["dtypes"]:
@@ -368,11 +374,21 @@ def main(argv=None, out=None):
     opts = {k: getattr(args, k) for k in ("recompute", "amp", "lamb", "lars", "dgc", "localsgd", "adaptive_localsgd",
                                           "fp16_allreduce", "gradient_merge", "tp", "sharding", "dp", "pp")}
     parallel = {k: opts.pop(k) for k in ("tp", "sharding", "dp", "pp") if opts[k] is not None}
-    if parallel and args.compare_all:
-        raise InvalidArgument(f"--compare-all runs the data-parallel strategies only; drop {sorted(parallel)}")
     if args.ranks is None:
         args.ranks = int(np.prod(list(parallel.values()) or [1]))
-    layout(dict(opts, **parallel), dist.get_world_size() if inside_ranks() else args.ranks)  # bad ones: stop here
+    check_degrees(args, opts, parallel, dist.get_world_size() if inside_ranks() else args.ranks)  # bad: stop here
+    opts.update(parallel)
+    runs = [(m, o) for m in sorted(MODELS) for o in ALL] if args.compare_all else [(args.model, opts)]
+    for model, o in runs:
+        compare(model, o, args.ranks, args.steps, out)
+    return 0
+
+
+def check_degrees(args, opts, parallel, nranks):
+    """InvalidArgument for degrees the ranks or GPT-mini's sizes cannot take."""
+    if parallel and args.compare_all:
+        raise InvalidArgument(f"--compare-all runs the data-parallel strategies only; drop {sorted(parallel)}")
+    layout(dict(opts, **parallel), nranks)
     if degree(parallel, "tp") > 1:
         if args.model != "gpt":
             raise InvalidArgument(f"--tp {parallel['tp']}: only --model gpt has a tensor-parallel layout")
@@ -381,12 +397,11 @@ def main(argv=None, out=None):
         if args.model != "gpt":
             raise InvalidArgument(f"--pp {parallel['pp']}: only --model gpt has a pipeline-stage layout")
         gpt_parallel.check_stages(degree(parallel, "pp"), GPT["layers"])
-    opts.update(parallel)
-    runs = [(m, o) for m in sorted(MODELS) for o in ALL] if args.compare_all else [(args.model, opts)]
-    for model, o in runs:
-        compare(model, o, args.ranks, args.steps, out)
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except InvalidArgument as exc:   # a bad option value: reported as argparse reports one
+        print(f"{os.path.basename(sys.argv[0])}: error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -308,3 +308,28 @@ def test_command_line_tp_pp_sharding_recompute_on_eight_ranks_through_launch():
          "examples/fleet_strategies.py", "--tp", "2", "--pp", "2", "--sharding", "2", "--recompute", "--steps", "2"])
     assert abs(diff) <= TOL and applied == "'ShardingOptimizer', 'RecomputeOptimizer'" and len(params) == 8
     assert 0.2 < p_ratio < 0.3 and o_ratio < 0.25
+
+
+def test_command_line_sharding_with_gradient_merge_says_sharding_was_dropped():
+    """Paddle 3.3.1's strategy compiler keeps GradientMergeOptimizer and drops sharding: the row says so and
+    names the way to merge under sharding, instead of calling its 1.00x bytes exact sharding."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "examples/fleet_strategies.py", "--sharding", "2", "--gradient-merge", "2",
+                        "--steps", "2"], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    row = next(line for line in p.stdout.splitlines() if "final loss" in line)
+    assert "applied ['GradientMergeOptimizer']" in row, row
+    assert "sharding dropped by the strategy compiler" in row, row
+    assert "sharding_configs['gradient_merge_acc_step']" in row, row
+
+
+@pytest.mark.parametrize("argv, words", [(["--tp", "3"], "tensor-parallel degree 3"),
+                                         (["--dp", "0"], "--dp must be >= 1, got 0"),
+                                         (["--tp", "2", "--dp", "3", "--ranks", "4"], "--tp 2 x --dp 3 = 6 ranks")])
+def test_command_line_bad_degrees_print_an_error_and_exit_2(argv, words):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "examples/fleet_strategies.py"] + argv, capture_output=True, text=True,
+                       timeout=120, cwd=ROOT, env=env)
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith("fleet_strategies.py: error: ") and words in p.stderr, p.stderr

@@ -15,7 +15,7 @@ knowledge of ranks at all.
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional, Sequence, TYPE_CHECKING
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, TYPE_CHECKING
 
 from refimpl.core import comm_context
 from refimpl.core.comm_context import (has_thread_context, rank_guard, record,  # noqa: F401
@@ -86,6 +86,24 @@ class RankContext:
         """Make ``ring_id`` answer with the communicator of the whole world again (see :meth:`bind_ring`)."""
         self.groups[ring_id] = tuple(range(self.world_size))
         self.comms[ring_id] = self.world_comm
+
+    def snapshot_rings(self, ring_ids: Optional[Iterable[int]] = None) -> Dict[int, Tuple[tuple, Any]]:
+        """What ``ring_ids`` (default: every ring) answer with now: ring id -> (ranks, communicator or None).
+
+        A program whose ring ids another program rebinds later (:meth:`bind_ring`) keeps its own table
+        this way and puts it back with :meth:`restore_rings` before it runs.
+        """
+        ids = list(self.groups) if ring_ids is None else list(ring_ids)
+        return {i: (self.groups[i], self.comms.get(i)) for i in ids if i in self.groups}
+
+    def restore_rings(self, snapshot: Dict[int, Tuple[tuple, Any]]) -> None:
+        """Make each ring id of ``snapshot`` (from :meth:`snapshot_rings`) answer as it did then."""
+        for ring_id, (ranks, comm) in snapshot.items():
+            self.groups[ring_id] = ranks
+            if comm is None:
+                self.comms.pop(ring_id, None)
+            else:
+                self.comms[ring_id] = comm
 
     def comm(self, ring_id: int = 0) -> Communicator:
         """The communicator for ``ring_id``; NotFound (naming the rank and ring) if there is none."""

@@ -103,10 +103,10 @@ class HybridLayout:
         rank in the same order; :attr:`dp_ring` becomes this rank's."""
         if self.dp == 1 or self.dp_ring is not None:
             return
-        ctx = context.current()
+        from refimpl.distributed.fleet.meta_optimizers.pipeline_optimizer import claim_ring
         for i, ranks in enumerate(self.data_groups):
-            if base - 1 - i not in ctx.groups and self.can_host():
-                ctx.add_group(base - 1 - i, ranks)
+            if self.can_host():   # a ring id left by another layout is bound to a fresh group (claim_ring)
+                claim_ring(base - 1 - i, ranks)
         self.dp_ring = base - 1 - (self.stage * self.mp + self.mp_rank)
 
     def bind_model_ring(self) -> bool:

@@ -34,6 +34,13 @@ hard-codes ``mp_degree`` 1, leaving ring 0 without a communicator (its tp x pp
 path is ShardingOptimizer's hybrid mode): refimpl keeps Paddle's chain and
 report, and runs the tensor-parallel stages (an addition).
 
+Rings: the transfer rings have fixed ids (``10000 + pipe * 1000 + r``), as do
+the data rings made without fleet's group (``9999 - i``). A second pipeline of
+another layout in the same world finds those ids naming other ranks;
+:func:`claim_ring` then binds them to fresh groups of its ranks, and each
+``PipelineRun`` puts back the rings it was built with before it runs, so both
+layouts' programs keep training (refimpl's: Paddle's ring ids are per process).
+
 Difference: Paddle's legacy pipeline program (its section programs and
 ring layout) is not reproduced: refimpl runs its own Plan with the same
 numbers. ``program._pipeline_opt`` reads like Paddle's dict for the keys
@@ -128,13 +135,13 @@ def apply_pipeline(main: Program, startup: Program, loss: Variable, configs: Dic
     pipeline = build_pipeline(main, startup, loss, schedule, pp, m, vpp, cuts, ring_offset=offset,
                               dp_degree=dp, dp_ring=layout.dp_ring, update_every=k_steps,
                               mp_ring=flag_ring if mp > 1 else None)
-    ctx = context.current()
     relative = [r - offset for r in pipeline.rings]  # the same layout in every pipe
+    used = []
     for i, ranks in enumerate(layout.pipes):  # every rank creates every pipe's rings, in the same order
         for r in relative:
-            ring = _RING_BASE + i * _RING_STRIDE + r
-            if ring not in ctx.groups and layout.can_host():
-                ctx.add_group(ring, ranks)
+            if layout.can_host():
+                claim_ring(_RING_BASE + i * _RING_STRIDE + r, ranks)
+                used.append(_RING_BASE + i * _RING_STRIDE + r)
     if bind_model_ring:
         layout.bind_model_ring()
     _extend_startup(startup, pipeline.startup)
@@ -143,7 +150,30 @@ def apply_pipeline(main: Program, startup: Program, loss: Variable, configs: Dic
     mbs = configs.get("micro_batch_size")
     main._pipeline_opt = PipelineRun(pipeline, stage, None if mbs is None else int(mbs), schedule)
     main._pipeline_opt.layout = layout
+    used += [ring for ring in (layout.dp_ring, MODEL_RING if bind_model_ring and mp > 1 else None) if ring is not None]
+    ctx = context.current()
+    main._pipeline_opt.rings = (ctx, ctx.snapshot_rings(used))
     return pipeline
+
+
+def claim_ring(ring_id: int, ranks: Sequence[int]) -> None:
+    """Make the fixed ring id ``ring_id`` of a pipeline program answer with the group ``ranks`` on this rank.
+
+    Every rank calls it for every ring, in the same order. An id no group holds yet is created with
+    ``ranks``; one that already names this group (a pipeline of the same layout built before) is kept; one that names other ranks (an
+    earlier pipeline of another layout in the same world) is bound (``RankContext.bind_ring``) to a
+    fresh group of ``ranks`` from ``collective.new_group``, so both layouts' programs keep working on
+    their own rings. ``ranks`` must be ascending (``new_group`` sorts), as pipes and data groups are.
+    """
+    from refimpl.distributed import collective
+    ctx, ranks = context.current(), tuple(int(r) for r in ranks)
+    if list(ranks) != sorted(ranks):
+        raise InvalidArgument(f"pipeline ring {ring_id}: its ranks {list(ranks)} must be ascending")
+    held = ctx.groups.get(ring_id)
+    if held is None:
+        ctx.add_group(ring_id, ranks)
+    elif tuple(held) != ranks:
+        ctx.bind_ring(ring_id, collective.new_group(list(ranks)).id)
 
 
 def _broadcast_stage_params(startup: Program, pipeline: Pipeline, layout: HybridLayout) -> None:
@@ -157,12 +187,15 @@ def _broadcast_stage_params(startup: Program, pipeline: Pipeline, layout: Hybrid
         broadcast_stage_params(startup, owned, layout.dp_ring, skip_distributed=False)
 
 
-def _given_pipeline_configs(strategy: Any) -> Dict[str, Any]:
+def given_pipeline_configs(strategy: Any) -> Dict[str, Any]:
     """``strategy.pipeline_configs``, less ``micro_batch_size`` when the user left it at its default."""
     configs = dict(strategy.pipeline_configs)
     if not strategy.strategy.get("pipeline_configs").has("micro_batch_size"):
         configs.pop("micro_batch_size", None)
     return configs
+
+
+_given_pipeline_configs = given_pipeline_configs  # the old private name, still imported by sharding_optimizer.py
 
 
 def _extend_startup(startup, extended):
@@ -200,6 +233,9 @@ class PipelineRun:
         self.plan = pipeline.plans[stage]
         self.executor: Optional[PlanExecutor] = None
         self.layout: Optional[HybridLayout] = None  # set by apply_pipeline: the pipe / data / model groups
+        #: set by apply_pipeline: what its ring ids answered with when built, put back before each run (a
+        #: pipeline of another layout built later in the same world rebinds them, see claim_ring)
+        self.rings: Optional[Tuple[Any, Dict[int, Any]]] = None   # (the rank context, its snapshot)
         self._section: Optional[Program] = None
 
     def keys(self) -> List[str]:
@@ -234,6 +270,8 @@ class PipelineRun:
             scope: Scope, return_numpy: bool = True, trace: Optional[Trace] = None) -> List[Any]:
         if self.executor is None:
             self.executor = PlanExecutor(exe.place, rank=self.stage)
+        if self.rings is not None and self.rings[0] is context.current():
+            self.rings[0].restore_rings(self.rings[1])
         self._check_batch(feed)
         names = [f if isinstance(f, str) else f.name for f in (fetch_list or [])]
         here = [n for n in names if self.has_var(n)]
@@ -350,6 +388,6 @@ class PipelineOptimizer(MetaOptimizerBase):
         dp, pp, mp = self._degrees(main)
         self._check_model_parallel_ops(main, mp)
         optimize_ops, params_grads = self.inner_opt.minimize(loss, startup, parameter_list, no_grad_set)
-        self.pipeline = apply_pipeline(main, startup, loss, _given_pipeline_configs(self.user_defined_strategy),
+        self.pipeline = apply_pipeline(main, startup, loss, given_pipeline_configs(self.user_defined_strategy),
                                        self.role_maker._worker_index(), dp, pp, 1, self.fleet, mp=mp)
         return optimize_ops, params_grads

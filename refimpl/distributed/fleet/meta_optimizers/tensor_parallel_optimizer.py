@@ -30,8 +30,10 @@ group in the same order). A lone process building one trainer's program
 among several (as Paddle's unit tests do) binds nothing.
 
 Addition: ``_check_configs`` rejects, before anything is built and the same
-on every rank, a degree below 1 and a worker count that is not a multiple
-of the degree (Paddle asserts the latter only after building).
+on every rank, a degree below 1, a worker count that is not a multiple
+of the degree (Paddle asserts the latter only after building), and a
+``hybrid_configs['mp_degree']`` > 1 other than the degree (Paddle trains with
+``tensor_parallel_degree`` while fleet's topology reports ``mp_degree``).
 """
 from __future__ import annotations
 
@@ -83,6 +85,10 @@ class TensorParallelOptimizer(MetaOptimizerBase):
         if nranks % degree:
             raise InvalidArgumentAssertion(f"tensor_parallel_configs['tensor_parallel_degree'] = {degree} does not "
                                            f"divide the {nranks} workers (the world must be mp_degree x dp_degree)")
+        hybrid = int(self.user_defined_strategy.hybrid_configs.get("mp_degree", 1) or 1)
+        if hybrid > 1 and hybrid != degree:  # fleet's topology would say one degree, the program train another
+            raise InvalidArgumentAssertion(f"tensor_parallel_configs['tensor_parallel_degree'] ({degree}) and "
+                                           f"hybrid_configs['mp_degree'] ({hybrid}) must be equal")
 
     # ---- the process groups ------------------------------------------------------------------------
     def _get_process_group_info(self) -> None:

@@ -8,6 +8,10 @@ persistables its own parameters and optimizer state plus the state every rank ha
 variable:
 
 * rank 0 saves every persistable of its program (the shared state with its own shard);
+  under sharding x pp (a program with a pipeline layout) that rule is generalized, refimpl's
+  addition: the first rank of each stage's sharding group (sharding rank 0, mp rank 0, dp rank 0 of
+  the stage) saves every persistable of its stage's section program, since each stage holds other
+  shared state (its own merge buffers, counters) that only its ranks have;
 * every other rank saves only its trainable parameters, optimizer state (names ending
   ``_moment1_0``, ``_moment2_0``, ``_beta1_pow_acc_0``, ``_beta2_pow_acc_0``, ``_velocity_0``,
   ``_ema_0``, ``@offload_0``, ``.cast_fp16``) and gradient-merge buffers (``@GradientMerge``);
@@ -31,7 +35,7 @@ from typing import Any, Optional
 from refimpl.framework.variable import Parameter
 
 __all__ = ["save_persistables", "load_persistables", "is_persistable", "sharding_predicate", "trainer_id",
-           "ShardedPersistablesAPI"]
+           "saves_shared_state", "ShardedPersistablesAPI"]
 
 #: Paddle's list: the optimizer accumulators and offload / optimize_cast copies a rank owns
 OPT_VAR_SUFFIXES = ("_moment1_0", "_moment2_0", "_beta1_pow_acc_0", "_beta2_pow_acc_0", "_velocity_0",
@@ -73,12 +77,28 @@ def _section(main_program: Any) -> Any:
     return pipeline_opt["section_program"] if pipeline_opt else program
 
 
+def saves_shared_state(main_program: Any = None) -> bool:
+    """Does this rank save every persistable? Rank 0; with a pipeline, the first rank of each stage.
+
+    The pipeline's layout (``_pipeline_opt.layout``, a ``HybridLayout`` whose innermost axis is the
+    stage's sharding x mp ranks) says where this rank is: the first one of its stage is at inner index 0
+    of data-parallel replica 0.
+    """
+    from refimpl.framework.program import default_main_program
+    program = main_program if main_program is not None else default_main_program()
+    layout = getattr(getattr(program, "_pipeline_opt", None), "layout", None)
+    if layout is None:
+        return trainer_id() == 0
+    return layout.dp_rank == 0 and layout.mp_rank == 0
+
+
 def save_persistables(exe: Any, dirname: str, main_program: Any = None, filename: Optional[str] = None) -> None:
-    """Paddle's sharding ``save_persistables``: rank 0 all its persistables (into ``filename`` if
-    given), the other ranks their own shard, one file per variable, all into ``dirname``."""
+    """Paddle's sharding ``save_persistables``: rank 0 (with a pipeline: the first rank of each stage)
+    all its persistables (into ``filename`` if given), the other ranks their own shard, one file per
+    variable, all into ``dirname``."""
     from refimpl.static.io_vars import save_vars
     program = _section(main_program)
-    if trainer_id() == 0:
+    if saves_shared_state(main_program):
         save_vars(exe, dirname, main_program=program, predicate=is_persistable, filename=filename)
     else:
         save_vars(exe, dirname, main_program=program, predicate=sharding_predicate, filename=None)
