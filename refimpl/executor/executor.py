@@ -141,7 +141,7 @@ class PreparedProgram:
         return {first: check_all}
 
     @staticmethod
-    def _is_checked_update(gblock, op) -> bool:
+    def _is_checked_update(gblock: Any, op: Any) -> bool:
         """An optimizer update (it declares a check) writing a persistable it reads, in place."""
         if get_op_def(op.type).check is None:
             return False

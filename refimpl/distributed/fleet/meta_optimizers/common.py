@@ -26,7 +26,7 @@ class CollectiveHelper:
 
     def __init__(self, role_maker: Any, nrings: int = 1, wait_port: bool = True) -> None:
         self.nrings, self.wait_port, self.role_maker = nrings, wait_port, role_maker
-        self.startup_program: Optional[Any] = None
+        self.startup_program: Any = None  # set by update_startup_program
 
     def update_startup_program(self, startup_program: Optional[Any] = None) -> None:
         """Every ring brought up over all trainers, then the parameters broadcast from rank 0."""

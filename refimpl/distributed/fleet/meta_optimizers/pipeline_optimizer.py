@@ -52,7 +52,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, TYPE_CHECKING, Tupl
 
 import numpy as np
 
-from refimpl.core.errors import InvalidArgument
+from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 from refimpl.distributed.communication import context
 from refimpl.distributed.pipeline.hybrid import MODEL_RING, HybridLayout, broadcast_stage_params
 from refimpl.distributed.pipeline.partition import even_cuts, join_programs
@@ -184,6 +184,9 @@ def _broadcast_stage_params(startup: Program, pipeline: Pipeline, layout: Hybrid
     if layout.mp > 1:
         broadcast_stage_params(startup, owned, MODEL_RING, skip_distributed=True)
     if layout.dp > 1:
+        if layout.dp_ring is None:
+            raise PreconditionNotMet(f"pipeline stage {layout.stage}: dp_degree={layout.dp} but no data-parallel "
+                                     f"ring is bound")
         broadcast_stage_params(startup, owned, layout.dp_ring, skip_distributed=False)
 
 
@@ -195,7 +198,6 @@ def given_pipeline_configs(strategy: Any) -> Dict[str, Any]:
     return configs
 
 
-_given_pipeline_configs = given_pipeline_configs  # the old private name, still imported by sharding_optimizer.py
 
 
 def _extend_startup(startup, extended):

@@ -89,6 +89,25 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
     """ZeRO sharding of a static program: each parameter, its gradient's sum and its optimizer state live on
     its owner; the others broadcast it before use (see the module docstring)."""
 
+    # This rank's rings, ranks and groups, copied from ShardingGroups (sharding/rings.py) by _build_groups.
+    global_word_size: int
+    global_rank: int
+    global_endpoints: List[str]
+    current_endpoint: str
+    mp_ring_id: int
+    mp_rank: int
+    mp_group_endpoints: List[str]
+    sharding_ring_id: int
+    sharding_rank: int
+    sharding_group_id: int
+    sharding_group_endpoints: List[str]
+    pp_ring_id: int
+    pp_rank: int
+    dp_ring_id: int
+    dp_rank: int
+    dp_group_endpoints: List[str]
+    global_ring_id: int
+
     def __init__(self, optimizer: Any) -> None:
         super().__init__(optimizer)
         self.meta_optimizers_white_list = ["RecomputeOptimizer", "AMPOptimizer", "LarsOptimizer", "LambOptimizer",
@@ -120,7 +139,9 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
     # ---- configs ------------------------------------------------------------------------------
     def _check_configs(self, loss: Any) -> None:
         """Every config Paddle asserts on, and the hybrids refimpl does not write, as typed errors."""
+        from .sharding.degree_checks import check_hybrid_degrees
         c = self.user_defined_strategy.sharding_configs
+        check_hybrid_degrees(c, self.user_defined_strategy.hybrid_configs)
         seg = str(c["sharding_segment_strategy"])
         if seg not in _SEGMENT_STRATEGIES:
             raise InvalidArgument(f"sharding_configs['sharding_segment_strategy'] = {seg!r}: the sharding segment "
@@ -242,7 +263,7 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
         (``pipeline/amp.py``), mp and sharding rings; a global-norm clip written into the optimizer job."""
         from refimpl.distributed.pipeline.hybrid import HybridLayout, broadcast_stage_params
         from refimpl.distributed.pipeline.runner import add_model_parallel_flag_sync
-        from .pipeline_optimizer import _given_pipeline_configs, apply_pipeline
+        from .pipeline_optimizer import given_pipeline_configs, apply_pipeline
         from .sharding.pipeline_sharding import shard_optimizer_job, stage_params
         clip = global_norm_clip(self.user_defined_optimizer)
         optimize_ops, params_grads = self._minimize_without_clip(loss, startup_program, parameter_list,
@@ -254,7 +275,7 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
         layout = HybridLayout(self.global_rank, self.dp_degree, self.pp_degree, inner)
         layout.create_data_rings(_PIPELINE_DP_RING_BASE)
         pipeline = apply_pipeline(self._main_program, self._startup_program, loss,
-                                  _given_pipeline_configs(self.user_defined_strategy), self.global_rank,
+                                  given_pipeline_configs(self.user_defined_strategy), self.global_rank,
                                   self.dp_degree, self.pp_degree, 1, None, mp=inner, layout=layout,
                                   bind_model_ring=False, broadcast_params=False,
                                   flag_ring=self.mp_ring_id if self.mp_degree > 1 else None)
@@ -292,12 +313,11 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
     def _clip_in_pipeline(self, job: Any, clip: Any, layout: Any) -> None:
         """``clip`` (a ClipGradByGlobalNorm) on ``job``'s gradients, the norm summed over the sharding, mp and
         pipe groups (a ring per pipe, made by every rank in the same order), replicated mp params once."""
-        from refimpl.distributed.communication import context
+        from .pipeline_optimizer import claim_ring
         from .sharding.pipeline_sharding import clip_merged_gradients
-        ctx = context.current()
-        for i, ranks in enumerate(layout.pipes):
-            if _PIPELINE_PP_RING_BASE + i not in ctx.groups and layout.can_host():
-                ctx.add_group(_PIPELINE_PP_RING_BASE + i, ranks)
+        if layout.can_host():
+            for i, ranks in enumerate(layout.pipes):
+                claim_ring(_PIPELINE_PP_RING_BASE + i, ranks)
         rings = [r for d, r in ((self.sharding_degree, self.sharding_ring_id), (self.mp_degree, self.mp_ring_id))
                  if d > 1] + [_PIPELINE_PP_RING_BASE + layout.pipe_index]
         main = self._main_program.global_block()

@@ -33,13 +33,16 @@ Differences: no dygraph branches (``mp_async_allreduce``,
 ``mp_skip_c_identity``, ``mp_fused_linear_param_grad_add`` and
 ``fuse_matmul_bias`` raise ``Unimplemented``, as Paddle asserts they are
 dygraph-only or need its fused kernels); ``sharded_state_dict`` is absent.
+Where Paddle goes on with a None and fails further in (``weight_attr=False``;
+``forward`` on a rank outside ``mp_group``, where Paddle's mp ops give None)
+refimpl raises ``InvalidArgument`` / ``PreconditionNotMet`` naming the layer.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, List, Optional
 
-from refimpl.core.errors import Unimplemented
-from refimpl.framework.variable import Variable
+from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplemented
+from refimpl.framework.variable import Parameter, Variable
 from refimpl.nn import functional as F
 from refimpl.nn.initializer import Constant
 from refimpl.nn.layer.layers import Layer
@@ -63,13 +66,42 @@ def _group_info(mp_group: Any) -> tuple:
 def _refuse_unsupported(layer: str, is_mp: bool, fuse_matmul_bias: bool) -> None:
     """Paddle's dygraph-only ``mp_configs`` switches (they count only with is_mp) and ``fuse_matmul_bias``."""
     from refimpl.distributed.fleet import fleet
-    mp_configs = fleet.get_static_comm_groups().strategy.hybrid_configs["mp_configs"]
+    strategy = fleet.get_static_comm_groups().strategy   # None: a table filled by hand, default mp_configs
+    mp_configs = strategy.hybrid_configs["mp_configs"] if strategy is not None else None
     if is_mp and getattr(mp_configs, "mp_async_allreduce", False):   # (skip_c_identity, fused_... need it)
         raise Unimplemented(f"{layer}: hybrid_configs['mp_configs'].mp_async_allreduce = True is only available "
                             f"in dygraph mode (refimpl is static-only)")
     if fuse_matmul_bias:
         raise Unimplemented(f"{layer}: fuse_matmul_bias=True needs the fused_gemm_epilogue kernel, which refimpl "
                             f"does not have")
+
+
+def _parameter(layer: Layer, what: str, shape: List[int], attr: Any, dtype: str, is_bias: bool) -> Parameter:
+    """``layer.create_parameter``, which gives None for ``attr=False``: these layers need all their parameters."""
+    param = layer.create_parameter(shape=shape, attr=attr, dtype=dtype, is_bias=is_bias)
+    if param is None:
+        raise InvalidArgument(f"{type(layer).__name__}: {what}_attr=False, but the layer needs its {what}")
+    return param
+
+
+def _mark_shard(param: Parameter, is_mp: bool, split_axis: int) -> None:
+    """Paddle's ``is_distributed`` flag and, for a shard, the axis it was split on (``split_axis``)."""
+    param.is_distributed = is_mp
+    if is_mp:
+        # Paddle sets split_axis on the parameter as a dynamic attribute; refimpl's Parameter declares none
+        setattr(param, "split_axis", split_axis)
+
+
+def _member_output(layer: str, out: Optional[Variable]) -> Variable:
+    """The output of an mp op, which is None when this rank is not in the layer's ``mp_group``."""
+    if out is None:
+        raise PreconditionNotMet(f"{layer}: this rank is not a member of the layer's mp_group")
+    return out
+
+
+def _plus(x: Any, y: Variable) -> Variable:
+    """``x + y`` by Variable's ``__add__``, which ``refimpl.tensor.patch`` adds at import (mypy does not see it)."""
+    return x + y
 
 
 def _check_divisible(layer: str, option: str, value: int, degree: int) -> None:
@@ -94,18 +126,17 @@ class VocabParallelEmbedding(Layer):
         self._size = [per_part_size, embedding_dim]
         self._weight_attr, self._name = weight_attr, name
         self.num_embeddings = num_embeddings
-        self.weight = self.create_parameter(attr=weight_attr, shape=self._size, dtype=self._dtype, is_bias=False)
-        self.weight.is_distributed = self.is_mp
-        if self.is_mp:
-            self.weight.split_axis = 0
+        self.weight = _parameter(self, "weight", self._size, weight_attr, self._dtype, is_bias=False)
+        _mark_shard(self.weight, self.is_mp, 0)
 
     def forward(self, x: Variable) -> Variable:
         if not self.is_mp:
             return F.embedding(x, weight=self.weight, padding_idx=None, sparse=False, name=self._name)
         out = mp_ops._c_lookup_table(self.weight, x, start_index=self.vocab_start_index,
                                      vocab_size=self.num_embeddings, name=self._name)
-        return mp_ops._mp_allreduce(out, group=self.model_parallel_group, use_calc_stream=True,
-                                    use_model_parallel=True)
+        return _member_output("VocabParallelEmbedding",
+                              mp_ops._mp_allreduce(out, group=self.model_parallel_group, use_calc_stream=True,
+                                                   use_model_parallel=True))
 
 
 class ColumnParallelLinear(Layer):
@@ -123,27 +154,22 @@ class ColumnParallelLinear(Layer):
         self.output_size_per_partition = out_features // self.world_size
         self._weight_attr = weight_attr
         self._dtype = mp_ops.default_dtype()
-        self.weight = self.create_parameter(shape=[in_features, self.output_size_per_partition], attr=weight_attr,
-                                            dtype=self._dtype, is_bias=False)
-        self.weight.is_distributed = self.is_mp
-        if self.is_mp:
-            self.weight.split_axis = 1
-        if has_bias:
-            self.bias = self.create_parameter(shape=[self.output_size_per_partition], attr=Constant(0.0),
-                                              dtype=self._dtype, is_bias=True)
-            self.bias.is_distributed = self.is_mp
-            if self.is_mp:
-                self.bias.split_axis = 0
-        else:
-            self.bias = None
+        self.weight = _parameter(self, "weight", [in_features, self.output_size_per_partition], weight_attr,
+                                 self._dtype, is_bias=False)
+        _mark_shard(self.weight, self.is_mp, 1)
+        self.bias = (_parameter(self, "bias", [self.output_size_per_partition], Constant(0.0), self._dtype,
+                                is_bias=True) if has_bias else None)
+        if self.bias is not None:
+            _mark_shard(self.bias, self.is_mp, 0)
         _refuse_unsupported("ColumnParallelLinear", self.is_mp, fuse_matmul_bias)
         self.fuse_matmul_bias = fuse_matmul_bias
 
     def forward(self, x: Variable) -> Variable:
-        x = mp_ops._c_identity(x, group=self.model_parallel_group) if self.is_mp else x
+        if self.is_mp:
+            x = _member_output("ColumnParallelLinear", mp_ops._c_identity(x, group=self.model_parallel_group))
         out = F.linear(x, self.weight, self.bias, name=self._name)
         if self.gather_output and self.is_mp:
-            out = mp_ops._c_concat(out, group=self.model_parallel_group)
+            out = _member_output("ColumnParallelLinear", mp_ops._c_concat(out, group=self.model_parallel_group))
         return out
 
 
@@ -163,12 +189,10 @@ class RowParallelLinear(Layer):
         _refuse_unsupported("RowParallelLinear", self.is_mp, fuse_matmul_bias)
         _check_divisible("RowParallelLinear", "in_features", in_features, self.world_size)
         self.input_size_per_partition = in_features // self.world_size
-        self.weight = self.create_parameter(shape=[self.input_size_per_partition, out_features], attr=weight_attr,
-                                            dtype=self._dtype, is_bias=False)
-        self.weight.is_distributed = self.is_mp
-        if self.is_mp:
-            self.weight.split_axis = 0
-        self.bias = (self.create_parameter(shape=[out_features], attr=Constant(0.0), dtype=self._dtype, is_bias=True)
+        self.weight = _parameter(self, "weight", [self.input_size_per_partition, out_features], weight_attr,
+                                 self._dtype, is_bias=False)
+        _mark_shard(self.weight, self.is_mp, 0)
+        self.bias = (_parameter(self, "bias", [out_features], Constant(0.0), self._dtype, is_bias=True)
                      if has_bias else None)
         self.fuse_matmul_bias = fuse_matmul_bias
 
@@ -176,11 +200,12 @@ class RowParallelLinear(Layer):
         if not self.is_mp:
             return F.linear(x, self.weight, self.bias, name=self._name)
         if not self.input_is_parallel:
-            x = mp_ops._c_split(x, group=self.model_parallel_group)
+            x = _member_output("RowParallelLinear", mp_ops._c_split(x, group=self.model_parallel_group))
         out = F.linear(x, self.weight, name=self._name)
-        out = mp_ops._mp_allreduce(out, group=self.model_parallel_group, use_calc_stream=True,
-                                   use_model_parallel=True)
-        return out + self.bias if self.bias is not None else out
+        out = _member_output("RowParallelLinear", mp_ops._mp_allreduce(out, group=self.model_parallel_group,
+                                                                       use_calc_stream=True,
+                                                                       use_model_parallel=True))
+        return _plus(out, self.bias) if self.bias is not None else out
 
 
 class ParallelCrossEntropy(Layer):

@@ -28,7 +28,8 @@ Differences from Paddle:
   One more check: when ring 0 is the static ``'model'`` group (``fleet.init``
   with tensor parallelism), ``num_partitions`` must be its size, checked while
   building (Paddle builds the program and fails, or sums over the wrong
-  ranks, when it runs).
+  ranks, when it runs). A variable with no shape where one is read, or an
+  embedding ``weight_attr=False``, is an ``InvalidArgument`` too.
 """
 from __future__ import annotations
 
@@ -61,6 +62,13 @@ def _check_input(x: Any, api: str, dtypes: Sequence[str] = _FLOATS_INTS) -> Vari
     if x.dtype not in dtypes:
         raise InvalidArgument(f"{api}: input {x.name!r} has dtype {x.dtype}, expected one of {list(dtypes)}")
     return x
+
+
+def _shape_of(x: Variable, api: str) -> Tuple[int, ...]:
+    """The static shape of ``x``; an error naming ``api`` when the variable has none."""
+    if x.shape is None:
+        raise InvalidArgument(f"{api}: input {x.name!r} has no shape")
+    return x.shape
 
 
 def _ring(group: Any) -> int:
@@ -96,13 +104,16 @@ def _append(op_type: str, x: Variable, attrs: dict, layer: Optional[str] = None)
     return out
 
 
+def _append_c_identity(tensor: Variable, ring_id: int) -> Variable:
+    _check_input(tensor, "_c_identity")
+    return _append("c_identity", tensor, {"ring_id": ring_id, "use_calc_stream": True, "use_model_parallel": True})
+
+
 def _c_identity(tensor: Variable, group: Any = None, skip_c_identity_dynamic: bool = False) -> Optional[Variable]:
     """Forward: a copy; backward: the gradient summed over the model-parallel ring (``c_identity``)."""
     if not _is_member(group):
         return None
-    _check_input(tensor, "_c_identity")
-    return _append("c_identity", tensor, {"ring_id": _ring(group), "use_calc_stream": True,
-                                          "use_model_parallel": True})
+    return _append_c_identity(tensor, _ring(group))
 
 
 def _c_concat(tensor: Variable, group: Any = None) -> Optional[Variable]:
@@ -136,8 +147,12 @@ def _mp_allreduce(tensor: Variable, op: Any = None, group: Any = None, use_calc_
         return None
     if op is not None and op != ReduceOp.SUM:
         raise InvalidArgument(f"_mp_allreduce: only ReduceOp.SUM is supported, got op={op!r}")
+    return _append_mp_allreduce(tensor, _ring(group))
+
+
+def _append_mp_allreduce(tensor: Variable, ring_id: int) -> Variable:
     _check_input(tensor, "mp_allreduce_sum")
-    return _append("mp_allreduce_sum", tensor, {"ring_id": _ring(group)})
+    return _append("mp_allreduce_sum", tensor, {"ring_id": ring_id})
 
 
 def _c_lookup_table(table: Variable, index: Variable, start_index: int = 0, vocab_size: int = -1,
@@ -158,13 +173,15 @@ def _c_softmax_with_cross_entropy(logits: Variable, label: Variable, group: Any 
     if not _is_member(group):
         return None
     rank, nranks = _rank_in(group)
-    input_dims, label_dims = len(logits.shape), len(label.shape)
+    api = "_c_softmax_with_cross_entropy"
+    input_dims, label_dims = len(_shape_of(logits, api)), len(_shape_of(label, api))
     if input_dims - 1 != label_dims and input_dims != label_dims:
         raise InvalidArgumentValue(f"_c_softmax_with_cross_entropy: expected label dims = logits dims - 1 or "
-                                   f"= logits dims, got logits {list(logits.shape)}, label {list(label.shape)}")
+                                   f"= logits dims, got logits {list(_shape_of(logits, api))}, "
+                                   f"label {list(_shape_of(label, api))}")
     if input_dims - 1 == label_dims:
         label = unsqueeze(label, axis=-1)
-    last, classes = label.shape[-1], logits.shape[-1]
+    last, classes = _shape_of(label, api)[-1], _shape_of(logits, api)[-1]
     if last is not None and last >= 0 and classes is not None and classes >= 0 and \
             not 1 <= last <= classes * nranks:
         raise InvalidArgumentValue(f"_c_softmax_with_cross_entropy: expected 1 <= label.shape[-1] <= "
@@ -183,8 +200,9 @@ def _c_softmax_with_cross_entropy(logits: Variable, label: Variable, group: Any 
 def _linear(x: Variable, weight: Variable, bias: Optional[Variable] = None, name: Optional[str] = None) -> Variable:
     """x @ weight (+ bias), Paddle's function form in mp_ops (``matmul_v2`` with ``transpose_X`` attrs)."""
     _check_input(x, "linear", ("float16", "float32", "float64"))
-    if len(x.shape) >= 4:
-        raise InvalidArgument(f"linear: x {x.name!r} has {len(x.shape)} dims; at most 3 are supported")
+    dims = len(_shape_of(x, "linear"))
+    if dims >= 4:
+        raise InvalidArgument(f"linear: x {x.name!r} has {dims} dims; at most 3 are supported")
     helper = LayerHelper("linear", name=name)
     tmp = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op(type="matmul_v2", inputs={"X": [x], "Y": [weight]}, outputs={"Out": tmp},
@@ -193,7 +211,7 @@ def _linear(x: Variable, weight: Variable, bias: Optional[Variable] = None, name
         return tmp
     res = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op(type="elementwise_add", inputs={"X": [tmp], "Y": [bias]}, outputs={"Out": [res]},
-                     attrs={"axis": len(x.shape) - 1})
+                     attrs={"axis": dims - 1})
     return res
 
 
@@ -225,15 +243,22 @@ def _parallel_linear(x: Variable, num_rows: int, num_cols: int, axis: int, param
                      gather_out: bool, inner_rank: int, nranks: int, split_tensor: bool, name: Optional[str],
                      group: Any = None) -> Optional[Variable]:
     """One shard of a linear layer split by rows (axis 0) or columns (axis 1); see :func:`split`."""
-    from refimpl.nn import functional as F
     if not _is_member(group):
         return None
-    ring_id = _ring(group)
+    return _build_parallel_linear(x, num_rows, num_cols, axis, param_attr, bias_attr, gather_out, inner_rank,
+                                  nranks, split_tensor, name, _ring(group))
+
+
+def _build_parallel_linear(x: Variable, num_rows: int, num_cols: int, axis: int, param_attr: Any, bias_attr: Any,
+                           gather_out: bool, inner_rank: int, nranks: int, split_tensor: bool, name: Optional[str],
+                           ring_id: int) -> Variable:
+    """The ops of :func:`_parallel_linear` on ring ``ring_id``, of which this rank is a member."""
+    from refimpl.nn import functional as F
     if axis == 0:
         if split_tensor:  # (refimpl: this ring's rank and size, see the module docstring)
             x = _append_c_split(x, ring_id, inner_rank, nranks)
     else:
-        x = _c_identity(x, group=group)
+        x = _append_c_identity(x, ring_id)
     linear = _shard_linear(num_rows, num_cols, param_attr, bias_attr, name)
     # a row split adds the (whole, replicated) bias after the sum over the ring
     linear_out = F.linear(x, linear.weight, None if axis == 0 else linear.bias, linear.name)
@@ -263,20 +288,29 @@ def _parallel_embedding(x: Variable, per_part_embeddings: int, origin_size: Sequ
                         inner_rank: int, num_partitions: int, name: Optional[str],
                         group: Any = None) -> Optional[Variable]:
     """This rank's vocabulary shard looked up (``c_embedding``), summed over the ring (``mp_allreduce_sum``)."""
-    from refimpl.nn import functional as F
     if not _is_member(group):
         return None
+    return _build_parallel_embedding(x, per_part_embeddings, origin_size, param_attr, inner_rank, num_partitions,
+                                     name, _ring(group))
+
+
+def _build_parallel_embedding(x: Variable, per_part_embeddings: int, origin_size: Sequence[int], param_attr: Any,
+                              inner_rank: int, num_partitions: int, name: Optional[str], ring_id: int) -> Variable:
+    """The ops of :func:`_parallel_embedding` on ring ``ring_id``, of which this rank is a member."""
+    from refimpl.nn import functional as F
     helper = LayerHelper("_parallel_embedding")
     dtype = default_dtype()
     weight = helper.create_parameter(attr=param_attr, shape=[per_part_embeddings, origin_size[1]], dtype=dtype,
                                      is_bias=False)
+    if weight is None:
+        raise InvalidArgument("paddle.distributed.split: weight_attr=False, but the embedding needs its weight")
     if num_partitions == 1:
         return F.embedding(x, weight=weight, padding_idx=None, sparse=False, name=name)
     default_startup_program().global_block().vars[weight.name].is_distributed = True
     default_main_program().global_block().vars[weight.name].is_distributed = True
     out = _c_lookup_table(weight, x, start_index=inner_rank * per_part_embeddings, vocab_size=origin_size[0],
                           name=name)
-    return _mp_allreduce(out, group=group, use_calc_stream=True, use_model_parallel=True)
+    return _append_mp_allreduce(out, ring_id)
 
 
 def _check_split_args(size: Any, operation: Any, axis: int, num_partitions: int) -> None:
@@ -338,14 +372,15 @@ def split(x: Variable, size: Sequence[int], operation: str, axis: int = 0, num_p
         raise PreconditionAssertion("paddle.distributed.split: call fleet.init() first")
     _check_ring_size(num_partitions)
     inner_rank = fleet.worker_index() % num_partitions
+    ring_id = _ring(None)  # Paddle passes group=None: ring 0, of which every rank is a member
     if operation == "embedding":
-        return _parallel_embedding(x, size[0] // num_partitions, size, weight_attr, inner_rank, num_partitions,
-                                   name, group=None)
+        return _build_parallel_embedding(x, size[0] // num_partitions, size, weight_attr, inner_rank,
+                                         num_partitions, name, ring_id)
     should_split = False
     if axis == 0:
         linear_size = (size[0] // num_partitions, size[1])
-        should_split = x.shape[-1] == size[0]
+        should_split = _shape_of(x, "paddle.distributed.split")[-1] == size[0]
     else:
         linear_size = (size[0], size[1] // num_partitions)
-    return _parallel_linear(x, linear_size[0], linear_size[1], axis, weight_attr, bias_attr, gather_out, inner_rank,
-                            num_partitions, should_split, name=name, group=None)
+    return _build_parallel_linear(x, linear_size[0], linear_size[1], axis, weight_attr, bias_attr, gather_out,
+                                  inner_rank, num_partitions, should_split, name, ring_id)

@@ -15,7 +15,7 @@ allreduces the merged gradients on the dp ring (hybrid dp), scales them by
 """
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 from refimpl.core.dtypes import to_vartype
 from refimpl.core.errors import PreconditionNotMet
@@ -30,6 +30,15 @@ from .utils import OP_ROLE_KEY, get_grad_device
 
 class GradientMergeMixin:
     """Sharding's gradient merge (see the module docstring)."""
+
+    # The state of ShardingOptimizer this mixin reads and writes (set in its __init__ and minimize).
+    _main_program: Any
+    _startup_program: Any
+    _grad2merged_grad: Dict[str, str]
+    _gradient_merge_acc_step: int
+    gradient_merge_mode: str
+    hybrid_dp: bool
+    dp_ring_id: int
 
     def create_persistable_gradients_and_insert_merge_ops(self, main_block: Any, startup_block: Any,
                                                           insert_idx: int, grad_names: Sequence[str],

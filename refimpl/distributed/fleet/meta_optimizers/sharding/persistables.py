@@ -133,7 +133,8 @@ class ShardedPersistablesAPI:
         """Sharded: this rank's shard (and, on rank 0, the shared state) into ``dirname``."""
         if self._sharded():
             return save_persistables(executor, dirname, main_program)
-        return super().save_persistables(executor, dirname, main_program, mode)
+        next_api: Any = super()  # the class after this mixin in Fleet's MRO (its parameter-server API)
+        return next_api.save_persistables(executor, dirname, main_program, mode)
 
     def load_persistables(self, executor: Any, dirname: str, main_program: Any = None) -> None:
         """Collective: every persistable of this rank's program from ``dirname`` (what the ranks saved)."""

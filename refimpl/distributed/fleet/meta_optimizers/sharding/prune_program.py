@@ -28,7 +28,7 @@ as it is.
 """
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, Dict, List, Sequence, Set
 
 from refimpl.core.reduce_op import ReduceOp
 
@@ -45,6 +45,11 @@ _KEPT = ("all_reduce", "c_sync_comm_stream", "c_calc_comm_stream", "c_gen_nccl_i
 
 class PruneMixin:
     """The per-rank pruning of the sharded programs (see the module docstring)."""
+
+    # The state of ShardingOptimizer this mixin reads (set in its __init__ and minimize).
+    _params: Set[str]
+    _reduced_grads_to_param: Dict[str, str]
+    _optimizer_sharding: bool
 
     def _prune_main_program(self, block: Any, shard: Any, rings: Sequence[int]) -> None:
         WeightDecayHelper().prune_weight_decay(block, shard)

@@ -34,14 +34,14 @@ the owner's program is Paddle's.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from refimpl.core.errors import InvalidArgument
 from refimpl.framework import unique_name
 from refimpl.framework.op_role import OpRole
 
 from .fp16_helper import FP16Utils
-from .shard import ProgramSegment
+from .shard import ProgramSegment, Shard
 from .utils import (OP_ROLE_VAR_KEY, get_var_size, insert_allreduce_ops, insert_broadcast_ops, insert_cast_ops,
                     insert_fill_constant_ops, insert_reduce_ops, insert_sync_calc_op, insert_sync_comm_ops,
                     is_backward_op)
@@ -53,6 +53,28 @@ def _role(op: Any) -> int:
 
 class SegmentsMixin:
     """The segment split and the communication it needs (see the module docstring)."""
+
+    # The state of ShardingOptimizer this mixin reads and writes (set in its __init__ and minimize).
+    user_defined_strategy: Any
+    _main_program: Any
+    _startup_program: Any
+    _shard: Shard
+    _segments: List[ProgramSegment]
+    _params: Set[str]
+    _broadcast_vars: Set[str]
+    _reduced_grads_to_param: Dict[str, str]
+    _sharding_segment_strategy: str
+    _broadcast_MB: float
+    _forward_remain_anchors: List[str]
+    _backward_remain_anchors: List[str]
+    sharding_ring_id: int
+    dp_ring_id: int
+    hybrid_dp: bool
+    hybrid_dp_mode: Optional[str]
+    gradient_merge_mode: str
+    _gradient_merge_acc_step: int
+    # from GradientMergeMixin (sharding/gradient_merge.py)
+    create_persistable_gradients_and_insert_merge_ops: Callable[[Any, Any, int, Sequence[str], Any], None]
 
     def collect_segment(self, segment: ProgramSegment, op_idx: int, block: Any) -> ProgramSegment:
         segment._start_idx = op_idx + 1
