@@ -321,6 +321,7 @@ class Executor:
         scope = scope if scope is not None else global_scope()
         pipeline = getattr(program, "_pipeline_opt", None)
         if pipeline is not None:  # fleet turned this program into this rank's pipeline Plan
+            self._last = pipeline  # memory_stats reads its plan executor's counters
             return pipeline.run(self, feed, fetch_list, scope, return_numpy, trace)
         program, fetch_list = self._own_feed_fetch(program, fetch_list)
         feed = check_feed(program, feed)
@@ -388,6 +389,8 @@ class Executor:
         """
         if self._last is None:
             return Memory().stats()
+        if hasattr(self._last, "memory_stats"):  # a pipelined run (PipelineRun)
+            return self._last.memory_stats()
         return self._last.block.memory.stats()
 
     def close(self) -> None:

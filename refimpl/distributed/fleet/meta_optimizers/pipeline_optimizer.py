@@ -41,6 +41,15 @@ another layout in the same world finds those ids naming other ranks;
 ``PipelineRun`` puts back the rings it was built with before it runs, so both
 layouts' programs keep training (refimpl's: Paddle's ring ids are per process).
 
+Memory: every rank runs the whole startup program (the user's ``exe.run(startup)`` and what
+:func:`_extend_startup` appends), so that its random draws are those of one device. Paddle instead
+splits the startup per stage (``paddle/incubate/optimizer/pipeline.py``, ``_split_startup_program``).
+So before each run, :meth:`PipelineRun.run` drops from the scope the persistables only other stages
+use: every persistable var of another stage's job programs or of the pipeline's startup that no job
+program of this rank's plan (any job type, any chunk) declares, reads or writes and that is not
+fetched -- the other stages' parameters, their ``@GRAD@MERGE`` buffers, moments, beta powers and
+other optimizer accumulators. A rank's scope then holds its own stage's persistables only.
+
 Difference: Paddle's legacy pipeline program (its section programs and
 ring layout) is not reproduced: refimpl runs its own Plan with the same
 numbers. ``program._pipeline_opt`` reads like Paddle's dict for the keys
@@ -239,6 +248,7 @@ class PipelineRun:
         #: pipeline of another layout built later in the same world rebinds them, see claim_ring)
         self.rings: Optional[Tuple[Any, Dict[int, Any]]] = None   # (the rank context, its snapshot)
         self._section: Optional[Program] = None
+        self._foreign: Optional[Tuple[str, ...]] = None  # see foreign_persistables
 
     def keys(self) -> List[str]:
         return list(self.KEYS)
@@ -268,6 +278,28 @@ class PipelineRun:
     def has_var(self, name: str) -> bool:
         return any(name in self.plan.program(t).global_block().vars for t in self.plan.job_types())
 
+    def foreign_persistables(self) -> Tuple[str, ...]:
+        """The persistables only other stages use (see the module docstring), sorted."""
+        if self._foreign is None:
+            mine = set()
+            for t in self.plan.job_types():
+                for block in self.plan.program(t).blocks:
+                    mine.update(block.vars)
+                    for op in block.ops:
+                        mine.update(op.input_arg_names)
+                        mine.update(op.output_arg_names)
+            programs = [plan.program(t) for plan in self.pipeline.plans for t in plan.job_types()]
+            programs.append(self.pipeline.startup)
+            every = {n for p in programs for b in p.blocks for n, v in b.vars.items() if v.persistable}
+            self._foreign = tuple(sorted(every - mine))
+        return self._foreign
+
+    def _drop_foreign(self, scope: Scope, fetched: Sequence[str]) -> None:
+        """Erase from ``scope`` what only other stages use (the shared startup initialized it here)."""
+        keep = set(fetched)
+        scope.erase_vars([n for n in self.foreign_persistables()
+                          if n not in keep and scope.find_local_var(n) is not None])
+
     def run(self, exe: Executor, feed: Optional[Dict[str, Any]], fetch_list: Optional[Sequence[Any]],
             scope: Scope, return_numpy: bool = True, trace: Optional[Trace] = None) -> List[Any]:
         if self.executor is None:
@@ -276,11 +308,18 @@ class PipelineRun:
             self.rings[0].restore_rings(self.rings[1])
         self._check_batch(feed)
         names = [f if isinstance(f, str) else f.name for f in (fetch_list or [])]
+        self._drop_foreign(scope, names)
         here = [n for n in names if self.has_var(n)]
         out = self.executor.run(self.plan, feed=feed, fetch_list=here, scope=scope, trace=trace)
         got = dict(zip(here, out))
         return [np.asarray(got[n]) if n in got else None for n in names]
 
+
+    def memory_stats(self) -> Dict[str, Any]:
+        """This rank's bytes in its last pipelined run (``Executor.memory_stats`` keys)."""
+        if self.executor is None:
+            raise PreconditionNotMet("memory_stats: the pipelined program has not run on this rank yet")
+        return self.executor.memory_stats()
 
     def _check_batch(self, feed: Optional[Dict[str, Any]]) -> None:
         """Fed rows must be micro_batch_size x accumulate_steps when micro_batch_size was set.
