@@ -15,7 +15,7 @@ recompute, Adam and hybrid dp) are compared in ``tests/test_sharding.py`` (cases
 (c) bad input: degrees not multiplying to the world size, a program built for another
     model-parallel degree, sizes the degree does not divide: typed errors naming option and value,
     the same on every rank;
-(e) tp 2 x sharding 2 as 4 processes under ``mpiexec`` (:func:`run_under_mpiexec`, also used by
+(e) tp 2 x sharding 2 as 4 processes under ``mpiexec`` (``mpi_helpers.run_under_mpiexec``, also used by
     ``tests/test_sharding_hybrid_pipeline.py``).
 
 Sharding x pipeline (d) is in ``tests/test_sharding_hybrid_pipeline.py``.
@@ -29,6 +29,8 @@ from refimpl.core.errors import InvalidArgument
 from refimpl.distributed.communication import context, run_in_process
 from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.framework import Program, unique_name
+
+from mpi_helpers import run_under_mpiexec
 
 MP = 2
 WIDTH = 8
@@ -300,27 +302,6 @@ def test_sizes_the_degree_does_not_divide_are_refused_while_building(float64_def
 
 
 # ---- (e) under mpiexec: one process per rank --------------------------------------------------------------------
-def run_under_mpiexec(script, what, tmp_path):
-    """Run ``script`` as 4 processes under ``mpiexec`` (its ``__main__`` is one rank of case ``what``, saving
-    ``rank<r>.npz`` into ``tmp_path``); returns each rank's arrays."""
-    import os
-    import shutil
-    import subprocess
-    import sys
-    pytest.importorskip("mpi4py")
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    exe = here if os.path.exists(here) else shutil.which("mpiexec")
-    if exe is None:
-        pytest.fail("mpi4py is installed but mpiexec is not on PATH (pip install mpich)")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "PMI", "OMPI", "PMIX"))}
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([exe, "-n", "4", sys.executable, os.path.abspath(script), what, str(tmp_path)],
-                       capture_output=True, text=True, timeout=300, env=env, cwd=root)
-    assert p.returncode == 0, p.stdout + p.stderr
-    return [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(4)]
-
-
 def mpi_rank_main(run):
     """One rank under mpiexec: ``run(what)`` gives its arrays, saved into ``sys.argv[2]``."""
     import os

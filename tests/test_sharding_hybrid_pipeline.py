@@ -16,8 +16,9 @@ from refimpl.distributed.communication import context, run_in_process
 from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.framework import Program, unique_name
 
+from mpi_helpers import run_under_mpiexec
 from test_sharding_hybrid import (MP, WIDTH, _batches, _opt, float64_default,  # noqa: F401 (a fixture)
-                                  mpi_rank_main, run_under_mpiexec)
+                                  mpi_rank_main)
 
 
 # ---- (d) sharding x pipeline (x tp x dp): refimpl's pipeline Plan, each stage's optimizer job sharded -------------

@@ -14,6 +14,7 @@ import refimpl
 import refimpl as paddle
 from refimpl.distributed.communication import context, run_in_process
 
+from mpi_helpers import run_script
 from test_tensor_parallel import _build  # the nets (tests/test_tensor_parallel.py checks their programs)
 
 
@@ -218,19 +219,7 @@ def test_parameter_bytes_per_rank_are_the_shards(float64_default, capsys):
 
 # ---- under mpiexec: tp=2 x dp=2 over four processes ------------------------------------------------------
 def test_tp_dp_under_mpiexec_gives_one_device(tmp_path):
-    pytest.importorskip("mpi4py")
-    import shutil
-    import subprocess
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    exe = here if os.path.exists(here) else shutil.which("mpiexec")
-    if exe is None:
-        pytest.skip("no mpiexec")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "PMI", "OMPI", "PMIX"))}
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([exe, "-n", "4", sys.executable, os.path.abspath(__file__), "mpi", str(tmp_path)],
-                       capture_output=True, text=True, timeout=240, env=env, cwd=root)
-    assert p.returncode == 0, p.stdout + p.stderr
+    run_script(__file__, ["mpi", tmp_path], timeout=240)
     trained = [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(4)]
     ref, got = _one_device("mp", "adam", _data(batch=8), "float32"), _gathered("mp", trained)
     assert set(np.load(tmp_path / "pows.npz")["dtypes"]) == {"float32"}

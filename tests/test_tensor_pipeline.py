@@ -31,6 +31,7 @@ from refimpl.distributed.pipeline.hybrid import HybridLayout
 from refimpl.framework import Program, unique_name
 
 import test_tensor_parallel_numbers as TPT
+from mpi_helpers import run_script
 
 LAYOUT = TPT.LAYOUT["mp"]
 STAGE0 = {"embedding_0.w_0", "linear_0.w_0", "linear_0.b_0", "linear_1.w_0", "linear_1.b_0"}
@@ -364,22 +365,7 @@ def _refused_on_every_rank(world, strategy, words):
 
 # ---- under mpiexec: tp2 x pp2 over four processes ---------------------------------------------------------
 def test_tp_pp_under_mpiexec_gives_one_device(tmp_path):
-    pytest.importorskip("mpi4py")
-    import os
-    import shutil
-    import subprocess
-    import sys
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    exe = here if os.path.exists(here) else shutil.which("mpiexec")
-    if exe is None:
-        pytest.skip("no mpiexec")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "PMI", "OMPI", "PMIX"))}
-    env["PYTHONPATH"] = root + os.pathsep + os.path.dirname(os.path.abspath(__file__)) + os.pathsep + \
-        env.get("PYTHONPATH", "")
-    p = subprocess.run([exe, "-n", "4", sys.executable, os.path.abspath(__file__), "mpi", str(tmp_path)],
-                       capture_output=True, text=True, timeout=240, env=env, cwd=root)
-    assert p.returncode == 0, p.stdout + p.stderr
+    run_script(__file__, ["mpi", tmp_path], timeout=240)
     import pickle
     out = [pickle.loads((tmp_path / f"rank{r}.pkl").read_bytes()) for r in range(4)]
     ref, got = TPT._one_device("mp", "adam", _mpi_batches(), "float32"), _gathered(out)
