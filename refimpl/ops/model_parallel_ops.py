@@ -52,7 +52,11 @@ from .common import first, grads_like, same_as
 from .grad_maker import simple_grad
 from .registry import register_op
 
-__all__ = ["ring", "check_ring", "check_ring_id", "check_not_scalar", "check_split_attrs", "split_width",
+#: the tensor-parallel ops that communicate over their model-parallel ring (``ring_id``), and all of them
+RING_OPS = ("c_identity", "c_concat", "c_split", "mp_allreduce_sum", "c_softmax_with_cross_entropy")
+TENSOR_PARALLEL_OPS = RING_OPS + ("c_embedding",)
+
+__all__ = ["RING_OPS", "TENSOR_PARALLEL_OPS", "ring", "check_ring", "check_ring_id", "check_not_scalar", "check_split_attrs", "split_width",
            "embedding_plan", "check_out_grad_shape", "ce_plan", "check_labels", "tolerable", "TOLERABLE"]
 
 TOLERABLE = 1e20  # Paddle's kApproInf (phi::funcs::TolerableValue)

@@ -35,6 +35,7 @@ from typing import Any, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple
 
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplemented
 from refimpl.distributed import collective
+from refimpl.ops.model_parallel_ops import TENSOR_PARALLEL_OPS
 
 from ..base.meta_optimizer_factory import MetaOptimizerFactory
 from ..base.runtime_factory import RuntimeFactory
@@ -49,9 +50,7 @@ if TYPE_CHECKING:
     from refimpl.optimizer.optimizer import Optimizer
 
 # switches with no meta-optimizer of their own, which refimpl does not implement either
-#: the ops of ``paddle.distributed.split`` / ``fleet.meta_parallel`` layers, and who sets up their ring 0
-_MODEL_PARALLEL_OPS = ("c_identity", "c_concat", "c_split", "mp_allreduce_sum", "c_embedding",
-                       "c_softmax_with_cross_entropy")
+#: the meta-optimizers that set up the model-parallel ring 0 of the tensor-parallel ops
 _MODEL_PARALLEL_OWNERS = ("TensorParallelOptimizer", "PipelineOptimizer", "ShardingOptimizer")
 _NOT_COVERED = ("auto", "semi_auto", "auto_search", "elastic", "heter_ccl_mode", "is_fl_ps_mode",
                 "sync_batch_norm", "use_hierarchical_allreduce", "fuse_grad_merge", "adam_d2sum")
@@ -154,7 +153,7 @@ class DistributedOptimizer:
         names = [type(o).__name__ for o in chain]
         if any(n in _MODEL_PARALLEL_OWNERS for n in names):
             return
-        ops = sorted({op.type for op in loss.block.program.global_block().ops if op.type in _MODEL_PARALLEL_OPS})
+        ops = sorted({op.type for op in loss.block.program.global_block().ops if op.type in TENSOR_PARALLEL_OPS})
         if ops:
             raise PreconditionNotMet(f"the program holds tensor-parallel ops {ops}, but the applied meta-optimizers "
                                      f"{names} bring up no model-parallel ring: set strategy.tensor_parallel "

@@ -67,6 +67,7 @@ from refimpl.distributed.pipeline.hybrid import MODEL_RING, HybridLayout, broadc
 from refimpl.distributed.pipeline.partition import even_cuts, join_programs
 from refimpl.distributed.pipeline.runner import build_pipeline
 from refimpl.executor.plan_executor import PlanExecutor
+from refimpl.ops.model_parallel_ops import RING_OPS
 
 from .meta_optimizer_base import MetaOptimizerBase, ParamsGrads
 
@@ -81,8 +82,6 @@ if TYPE_CHECKING:
 
 _RING_BASE = 10000  # transfer rings of replica d: _RING_BASE + d * _RING_STRIDE + ...
 _RING_STRIDE = 1000
-#: the tensor-parallel ops (refimpl/ops/model_parallel_ops.py) that communicate over the model-parallel ring
-_MP_OPS = ("c_identity", "c_concat", "c_split", "mp_allreduce_sum", "c_softmax_with_cross_entropy")
 _VPP_DEGREE = 2      # chunks per stage for VPP / ZBVPP (pipeline_configs has no key for it)
 
 
@@ -412,9 +411,9 @@ class PipelineOptimizer(MetaOptimizerBase):
                 rows = main.global_block()._find_var_recursive(op.input("W")[0]).shape[0]
                 vocab = int(op.attr("vocab_size"))
                 built = vocab // max(int(rows), 1) if vocab >= 0 else None
-            elif op.type in _MP_OPS and op.has_attr("nranks"):
+            elif op.type in RING_OPS and op.has_attr("nranks"):
                 built = int(op.attr("nranks"))
-            elif op.type in _MP_OPS and mp == 1 and op.attr("ring_id") == MODEL_RING:
+            elif op.type in RING_OPS and mp == 1 and op.attr("ring_id") == MODEL_RING:
                 raise InvalidArgument(f"{where}, but op {i} ({op.type}) communicates over ring 0, the "
                                       f"model-parallel ring: set tensor_parallel and its degree")
             if built is not None and built != mp:

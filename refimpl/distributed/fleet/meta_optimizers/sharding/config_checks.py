@@ -20,11 +20,9 @@ from __future__ import annotations
 from typing import Any, List
 
 from refimpl.core.errors import InvalidArgument, Unimplemented
+from refimpl.ops.model_parallel_ops import RING_OPS
 
 from .rings import MP_RING_ID
-
-#: the ops of ``paddle.distributed.split`` / the mp layers that communicate over the model-parallel ring
-MP_OPS = ("c_identity", "c_concat", "c_split", "mp_allreduce_sum", "c_softmax_with_cross_entropy")
 
 
 def check_model_parallel_ops(loss: Any, mp_degree: int) -> None:
@@ -38,7 +36,7 @@ def check_model_parallel_ops(loss: Any, mp_degree: int) -> None:
                                       f"in a shard of {rows}: it was built for {vocab // max(rows, 1)} "
                                       "model-parallel ranks")
             continue
-        if op.type not in MP_OPS or int(op.attr("ring_id")) != MP_RING_ID:
+        if op.type not in RING_OPS or int(op.attr("ring_id")) != MP_RING_ID:
             continue
         if mp_degree == 1:
             raise InvalidArgument(f"{where}, but op {i} ({op.type}) communicates over ring 0, the "
@@ -89,4 +87,4 @@ def optimizer_chain(optimizer: Any) -> List[Any]:
     return out
 
 
-__all__ = ["check_model_parallel_ops", "check_pipeline_configs", "global_norm_clip", "optimizer_chain", "MP_OPS"]
+__all__ = ["check_model_parallel_ops", "check_pipeline_configs", "global_norm_clip", "optimizer_chain"]
