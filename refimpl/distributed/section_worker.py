@@ -77,11 +77,17 @@ class SectionWorker:
         if self._blocks is None or self._blocks[0] is not scope:
             micro = [scope.new_scope() for _ in range(self.num_microbatches)]
             skip = self.backward_send_vars + self.fetch_names
-            memory = Memory()  # one account for all micro-batches
+            memory = self.memory = Memory()  # one account for all micro-batches
             blocks = [PreparedBlock(self.program, 0, m, scope, self.place.backend, skip, gc_threshold_bytes(),
                                     memory=memory) for m in micro]
             self._blocks = (scope, micro, blocks)
         return self._blocks
+
+    def memory_stats(self) -> dict:
+        """This stage's bytes in its last mini-batch (``Executor.memory_stats`` keys)."""
+        if self._blocks is None:
+            raise PreconditionNotMet("memory_stats: the section program has not run yet")
+        return self.memory.stats()
 
     def train(self, scope: Scope, feed: Optional[dict] = None, trace: Optional[Trace] = None) -> list:
         """One mini-batch: split ``feed`` into micro-batches, run the schedule, return the fetches.
