@@ -291,3 +291,21 @@ def test_math_helpers_are_public_and_the_private_names_gone():
     pattern = re.compile(r"from (refimpl\.tensor|\.|\.\.)?\.?math import[^\n]*\b(_var|_unary)\b")
     users = [str(p) for p in root.rglob("*.py") if pattern.search(p.read_text())]
     assert users == []
+
+
+def test_adam_beta_powers_have_the_moments_dtype():
+    """3.3.1 printed, for fc(x float64, 2) + mean + ``Adam(0.1).minimize``: every ``*_beta{1,2}_pow_acc_0`` and
+    ``*_moment{1,2}_0`` var float64 (float32 only for float16 / bfloat16 parameters), and after one step on
+    ``x = ones((3, 4))`` ``fc_0.w_0_beta1_pow_acc_0`` = [0.8099999785423279] (0.9 as a float32 attr, squared)."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [-1, 4], "float64")
+        loss = paddle.mean(paddle.static.nn.fc(x, 2))
+        paddle.optimizer.Adam(0.1).minimize(loss)
+    accs = {v.name: v.dtype for v in main.list_vars() if "_pow_acc_" in v.name or "_moment" in v.name}
+    assert len(accs) == 8 and set(map(str, accs.values())) <= {"float64", "paddle.float64"}, accs
+    scope, exe = paddle.static.Scope(), paddle.static.Executor()
+    exe.run(startup, scope=scope)
+    exe.run(main, feed={"x": np.ones((3, 4))}, fetch_list=[loss], scope=scope)
+    pow1 = np.array(scope.find_var("fc_0.w_0_beta1_pow_acc_0").get_tensor())
+    assert pow1.dtype == np.float64 and pow1.tolist() == [0.8099999785423279]

@@ -134,9 +134,10 @@ class Adam(Optimizer):
             dtype = "float32" if self._is_dtype_fp16_or_bf16(target.dtype) else target.dtype
             self._add_accumulator("moment1", target, dtype=dtype)
             self._add_accumulator("moment2", target, dtype=dtype)
-            self._add_accumulator("beta1_pow_acc", target, fill_value=self._beta1, shape=[1], dtype="float32",
+            # the beta powers have the moments' dtype too (Paddle 3.3.1 ``Adam._add_moments_pows``)
+            self._add_accumulator("beta1_pow_acc", target, fill_value=self._beta1, shape=[1], dtype=dtype,
                                   device="cpu")
-            self._add_accumulator("beta2_pow_acc", target, fill_value=self._beta2, shape=[1], dtype="float32",
+            self._add_accumulator("beta2_pow_acc", target, fill_value=self._beta2, shape=[1], dtype=dtype,
                                   device="cpu")
 
     def _attrs(self, p):
