@@ -26,7 +26,8 @@ OP_MODULES = ("ops_activation", "ops_collective", "ops_creation", "ops_manipulat
               "ops_nn", "ops_optimizer", "ops_conv", "ops_pool", "ops_norm", "ops_index", "ops_reduce",
               "ops_reduce_loss", "ops_linalg", "ops_metric", "ops_strided_slice", "ops_pad",
               "ops_conv_transpose", "ops_group_norm", "ops_prelu", "ops_spectral_norm", "ops_py_func",
-              "ops_amp", "ops_lars_lamb", "ops_dgc", "ops_model_parallel")
+              "ops_amp", "ops_lars_lamb", "ops_dgc", "ops_model_parallel",
+              "ops_partial_p2p")
 _installed = []
 
 

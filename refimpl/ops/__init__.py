@@ -21,3 +21,4 @@ from . import amp_ops  # noqa: F401  (check_finite_and_unscale, update_loss_scal
 from . import lars_lamb_ops  # noqa: F401  (lars_momentum, lamb)
 from . import dgc_ops  # noqa: F401  (dgc, dgc_momentum, dgc_clip_by_norm)
 from . import model_parallel_ops  # noqa: F401  (c_identity, c_concat, c_split, c_embedding, mp_allreduce_sum, ...)
+from . import partial_p2p_ops  # noqa: F401  (partial_send, partial_recv, partial_allgather)

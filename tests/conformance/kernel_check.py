@@ -31,7 +31,8 @@ from harness import assert_close
 # op types whose behaviour is communication or I/O: covered by the other suites
 EXCLUDED = {"feed", "fetch", "fetch_v2", "read", "create_py_reader", "create_double_buffer_reader",
             "send_v2", "recv_v2", "barrier", "conditional_block",
-            "all_reduce", "all_gather", "broadcast", "reduce", "reduce_scatter"}
+            "all_reduce", "all_gather", "broadcast", "reduce", "reduce_scatter",
+            "partial_send", "partial_recv", "partial_allgather"}  # multi-rank: test_op_kernels_partial_p2p.py
 EXCLUDED_PREFIXES = ("c_", "ps_")
 
 # Transcendental functions: the kernels round a float64 result once (fmath), NumPy's own SIMD
