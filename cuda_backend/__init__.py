@@ -27,7 +27,7 @@ OP_MODULES = ("ops_activation", "ops_collective", "ops_creation", "ops_manipulat
               "ops_reduce_loss", "ops_linalg", "ops_metric", "ops_strided_slice", "ops_pad",
               "ops_conv_transpose", "ops_group_norm", "ops_prelu", "ops_spectral_norm", "ops_py_func",
               "ops_amp", "ops_lars_lamb", "ops_dgc", "ops_model_parallel",
-              "ops_partial_p2p")
+              "ops_partial_p2p", "ops_nop")
 _installed = []
 
 

@@ -8,7 +8,7 @@ import refimpl as paddle
 from refimpl.core import InvalidArgument, PreconditionNotMet
 from refimpl.distributed.passes.gradient_accumulation import accumulate_gradients
 from refimpl.distributed.pipeline.partition import assign_stages, job_programs, partition, parse_job_type
-from refimpl.distributed.section_worker import SectionWorker
+from refimpl.executor.section_worker import SectionWorker
 from refimpl.executor.plan import Job, Plan
 from refimpl.executor.plan_executor import PlanExecutor
 from refimpl.framework import Program, unique_name

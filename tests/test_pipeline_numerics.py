@@ -106,7 +106,7 @@ def test_section_worker_on_two_stages(mode):
     from refimpl.distributed.communication import context, run_in_process
     from refimpl.distributed.passes.gradient_accumulation import accumulate_gradients
     from refimpl.distributed.pipeline.partition import partition
-    from refimpl.distributed.section_worker import SectionWorker
+    from refimpl.executor.section_worker import SectionWorker
     main, startup, loss = pipeline_mlp.build(4)
     rng = np.random.default_rng(0)
     feeds = [{"x": rng.standard_normal((8, 8))} for _ in range(3)]  # float64, as the model

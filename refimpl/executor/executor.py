@@ -27,10 +27,10 @@ collector's ``release`` for the tensors that die after that op
 (``garbage_collector.py``, planned by ``gc_plan.py``).
 
 A program with a ``_pipeline_opt`` runs as this rank's pipeline: refimpl's Plan
-(``PipelineRun``, fleet's pipeline) or the legacy pipeline's section
-(``SectionPipelineOpt``, ``refimpl/distributed/pipeline_trainer.py``), each the
-object's own ``run``; a startup whose ``_pipeline_opt`` names a
-``startup_program`` runs that program, as in Paddle 2.6.2.
+(a ``PipelineRun``, fleet's pipeline meta-optimizer, its own ``run``) or, for
+Paddle's legacy dict, this rank's ``section_program`` (``pipeline_trainer.py``);
+a startup whose ``_pipeline_opt`` names a ``startup_program`` runs that
+program, as in Paddle 2.6.2.
 """
 import weakref
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
@@ -49,6 +49,7 @@ from .backend import default_place, to_host
 from .feed_fetch import check_feed, fetch_names, without_feed_fetch_ops
 from .garbage_collector import Memory, gc_threshold_bytes
 from .prepared import prepare_flags
+from .pipeline_trainer import PipelineTrainer
 from .prepared_program import PreparedProgram
 from .trace import Trace
 
@@ -80,12 +81,17 @@ class Executor:
             raise InvalidArgument(f"Executor.run expects a Program, got {type(program).__name__}")
         scope = scope if scope is not None else global_scope()
         pipeline = getattr(program, "_pipeline_opt", None) or None  # Paddle tests its truth
-        if isinstance(pipeline, Mapping) and "startup_program" in pipeline:
-            program, pipeline = pipeline["startup_program"], None  # Paddle's legacy pipeline split the startup
-        if pipeline is not None and not hasattr(pipeline, "run"):
-            raise InvalidArgument("program._pipeline_opt holds no pipeline to run (a PipelineOptimizer's "
-                                  "configs, set before its minimize?)")
-        if pipeline is not None:  # this rank's pipeline: refimpl's Plan, or the legacy pipeline's section
+        if isinstance(pipeline, Mapping):  # Paddle's legacy pipeline: its split startup, or this rank's section
+            if "startup_program" in pipeline:
+                program, pipeline = pipeline["startup_program"], None
+            elif "section_program" in pipeline:
+                self._last = self._pipeline_trainer(program, pipeline)
+                out = self._last.run(self, feed, fetch_list, scope, trace)  # None: a var of another stage
+                return [None if v is None else host_results([v], return_numpy, self.place)[0] for v in out]
+            else:
+                raise InvalidArgument("program._pipeline_opt holds no section_program to run (a "
+                                      "PipelineOptimizer's configs, set before its minimize?)")
+        if pipeline is not None:  # fleet turned this program into this rank's pipeline Plan
             self._last = pipeline  # memory_stats reads its plan executor's counters
             return pipeline.run(self, feed, fetch_list, scope, return_numpy, trace)
         program, fetch_list = self._own_feed_fetch(program, fetch_list)
@@ -97,6 +103,14 @@ class Executor:
         if scheduler is not None:  # as Paddle: the scheduler's current value goes in before each run
             scope.var(program.lr_var.name).get_tensor().set(np.array(scheduler(), dtype="float32"))
         return host_results(prepared.run(feed, trace), return_numpy, self.place)
+
+    def _pipeline_trainer(self, program, pipeline_opt):
+        """The PipelineTrainer of ``program``'s legacy pipeline dict (kept while program and dict stay)."""
+        hit = self._cache.get(("pipeline_trainer", id(program)))
+        if hit is None or hit[0] is not program or hit[1] is not pipeline_opt:
+            hit = (program, pipeline_opt, PipelineTrainer(pipeline_opt))
+            self._cache[("pipeline_trainer", id(program))] = hit
+        return hit[2]
 
     def _own_feed_fetch(self, program, fetch_list):
         """A program with feed/fetch ops runs as its copy without them (cached per program version)."""

@@ -80,6 +80,9 @@ class Optimizer:
         self._multi_precision = False  # float32 master weights for float16 / bfloat16 parameters
         self._master_weights = {}
         self.helper = None
+        # Paddle's: {param name: op_device of the first op reading it}, filled before the update ops are
+        # added (they and the accumulators' initialisers go on that device); the legacy pipeline reads it
+        self._param_device_map = {}
 
     # ---- learning rate ----------------------------------------------------
     def _global_learning_rate(self, program=None):
@@ -150,7 +153,7 @@ class Optimizer:
         var = self.helper.create_global_variable(
             name=unique_name.generate(f"{param.name}_{name}"), persistable=True,
             dtype=dtype or param.dtype, shape=list(param.shape) if shape is None else shape)
-        with device_guard(device):
+        with device_guard(device if device is not None else self._get_device_for_param(param.name)):
             self.helper.set_variable_initializer(var, Constant(float(fill_value)))
         self._accumulators[key] = var
         return var
@@ -160,6 +163,19 @@ class Optimizer:
 
     def _create_accumulators(self, block, params):
         pass
+
+    # ---- devices (Paddle's _update_param_device_map / _get_device_for_param) --------------
+    def _update_param_device_map(self, params_grads, target_block) -> None:
+        wanted = {p.name for p, _ in params_grads if p.stop_gradient is False}
+        for op in target_block.ops:  # the first op reading each parameter names its device
+            for name in wanted.intersection(op.input_arg_names):
+                self._param_device_map[name] = op.attr("op_device") if op.has_attr("op_device") else ""
+                wanted.discard(name)
+            if not wanted:
+                break
+
+    def _get_device_for_param(self, param_name: str) -> Optional[str]:
+        return self._param_device_map.get(param_name)
 
     def _append_optimize_op(self, block, param_and_grad):
         raise NotImplementedError
@@ -213,11 +229,13 @@ class Optimizer:
         target = program.current_block()
         self.helper = LayerHelper(type(self).__name__)
         self._create_global_learning_rate()
+        self._update_param_device_map(params_grads, target)
         self._create_accumulators(target, [p for p, _ in params_grads if not p.stop_gradient])
         for p, g in params_grads:
             if g is None or p.stop_gradient:
                 continue
-            with program._optimized_guard([p, g]), program._name_scope("optimizer"):
+            with program._optimized_guard([p, g]), program._name_scope("optimizer"), \
+                    device_guard(self._get_device_for_param(p.name)):
                 self._append_optimize_op(target, (p, g))
         return block.ops[start:] if target is block else target.ops
 

@@ -200,6 +200,8 @@ MANIPULATION = [
     ("cast", [I4], {"out_dtype": 2}),
     ("cast", [f32(0, 3)], {"out_dtype": 6}),
     ("assign", [X4], {}),
+    ("nop", [[X4, i64(4)]], {}),   # the legacy pipeline's: its outputs are its inputs
+    ("nop", [[f32(0, 3)]], {}),
     ("assign", [I4], {}),
     ("assign", [V.boolean(3)], {}),
     ("assign", [np.array(2.5)], {}),

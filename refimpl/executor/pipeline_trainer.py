@@ -4,9 +4,10 @@ Mirrors Paddle's ``paddle/fluid/framework/pipeline_trainer.cc`` as Paddle 2.6.2'
 ``Executor.run`` reaches it (``python/paddle/base/executor.py``: a program whose
 ``_pipeline_opt`` holds ``"startup_program"`` runs that program instead; one holding
 ``"section_program"`` runs this rank's section with a ``SectionWorker``). The legacy
-``PipelineOptimizer`` (``refimpl/incubate/optimizer/pipeline``) leaves that dict on the
+``PipelineOptimizer`` (``refimpl/incubate/optimizer/pipeline``) leaves those dicts on the
 main and startup programs it splits; fleet's ``ShardingOptimizer`` with
-``pp_degree > 1`` does too.
+``pp_degree > 1`` does so through it. Paddle keeps the trainer and its worker in
+``paddle/fluid/framework`` with the executor; so does refimpl (``executor/``).
 
 The section program runs on this rank's scope: persistables (parameters,
 accumulators, ``@GRAD@MERGED`` buffers) there, one kid scope per micro-batch
@@ -23,8 +24,6 @@ dropped this branch from ``Executor.run`` (its sections no longer run from
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TYPE_CHECKING, Tuple
-
-import numpy as np
 
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 
@@ -54,20 +53,20 @@ def _worker_config(pipeline_opt: Mapping[str, Any]) -> Tuple[Program, int, int, 
             int(pipeline_opt["num_pipeline_stages"]), int(pipeline_opt["num_microbatches"]), SCHEDULE_MODES[mode])
 
 
-class SectionPipelineOpt(dict):
-    """A main program's ``_pipeline_opt``: Paddle's dict (its keys and values), which ``Executor.run`` runs.
+class PipelineTrainer:
+    """This rank's run of a legacy pipeline's section program, one SectionWorker per fetch list.
 
-    ``run`` is this rank's PipelineTrainer: the section program with a SectionWorker, one per fetch list.
+    ``Executor.run`` keeps one per program whose ``_pipeline_opt`` holds a ``section_program``.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, pipeline_opt: Mapping[str, Any]) -> None:
+        self.pipeline_opt = pipeline_opt
         self._workers: Dict[Tuple[int, Tuple[str, ...]], SectionWorker] = {}
         self._last: Optional[SectionWorker] = None
 
     def run(self, exe: Executor, feed: Optional[Dict[str, Any]], fetch_list: Optional[Sequence[Any]],
-            scope: Scope, return_numpy: bool = True, trace: Optional[Trace] = None) -> List[Any]:
-        section, stage, stages, micro, mode = _worker_config(self)
+            scope: Scope, trace: Optional[Trace] = None) -> List[Any]:
+        section, stage, stages, micro, mode = _worker_config(self.pipeline_opt)
         names = [f if isinstance(f, str) else f.name for f in (fetch_list or [])]
         block = section.global_block()
         here = tuple(n for n in names if block._find_var_recursive(n) is not None)
@@ -78,11 +77,7 @@ class SectionPipelineOpt(dict):
         self._last = worker
         feed = {n: v for n, v in (feed or {}).items() if block._find_var_recursive(n) is not None}
         got = dict(zip(here, worker.train(scope, feed, trace)))
-        return [np.asarray(got[n]) if n in got else None for n in names]
-
-    def has_var(self, name: str) -> bool:
-        """Whether this rank's section program declares ``name`` (refimpl's, as ``PipelineRun.has_var``)."""
-        return self["section_program"].global_block()._find_var_recursive(name) is not None
+        return [got[n] if n in got else None for n in names]
 
     def memory_stats(self) -> Dict[str, Any]:
         """This rank's bytes in its last run (``Executor.memory_stats`` keys)."""
