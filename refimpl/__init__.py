@@ -22,6 +22,7 @@ from .executor.backend import get_backend, set_backend
 from . import framework, executor, static, tensor, nn, optimizer, incubate, utils
 from . import io  # noqa: F401  (DataLoader.from_generator)
 from .framework import unique_name, in_dynamic_mode, enable_static, disable_static
+from .framework import get_default_dtype, set_default_dtype  # noqa: F401  (framework/dtype_default.py)
 from .framework.io import *  # noqa: F401,F403  (paddle.save, paddle.load)
 from .framework.grad_mode import *  # noqa: F401,F403  (paddle.is_grad_enabled, set_grad_enabled, no_grad)
 from .tensor import *  # noqa: F401,F403  (paddle.add, paddle.where ...: every name of refimpl.tensor's __all__)

@@ -34,8 +34,16 @@ def _tp_rank_fn(tp, hybrid_mp):
     return None, len(startup.global_block().ops)
 
 
-def test_tensor_parallel_degree_other_than_hybrid_mp_degree_is_refused(monkeypatch):
-    monkeypatch.setattr(refimpl, "get_default_dtype", lambda: "float64", raising=False)
+@pytest.fixture
+def float64_default():
+    """paddle.set_default_dtype('float64') for the test (split's parameters), the old default after."""
+    before = refimpl.get_default_dtype()
+    refimpl.set_default_dtype("float64")
+    yield
+    refimpl.set_default_dtype(before)
+
+
+def test_tensor_parallel_degree_other_than_hybrid_mp_degree_is_refused(float64_default):
     out = run_in_process(4, _tp_rank_fn, 2, 4, timeout=60)
     msgs = {m for m, _ in out}
     assert len(msgs) == 1 and None not in msgs, msgs
@@ -45,8 +53,7 @@ def test_tensor_parallel_degree_other_than_hybrid_mp_degree_is_refused(monkeypat
     assert all(n == out[0][1] for _, n in out)   # refused on every rank alike, before the rings are written
 
 
-def test_equal_degrees_still_build(monkeypatch):
-    monkeypatch.setattr(refimpl, "get_default_dtype", lambda: "float64", raising=False)
+def test_equal_degrees_still_build(float64_default):
     out = run_in_process(4, _tp_rank_fn, 2, 2, timeout=60)
     assert [m for m, _ in out] == [None] * 4
 

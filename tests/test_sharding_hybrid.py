@@ -45,10 +45,13 @@ RECOMPUTE = {"recompute": True, "recompute_configs": {"checkpoints": ["relu_0.tm
 
 
 @pytest.fixture
-def float64_default(monkeypatch):
-    """split creates parameters of paddle.get_default_dtype(), as Paddle's (stands in for
-    paddle.set_default_dtype('float64'), as tests/test_tensor_parallel.py does)."""
-    monkeypatch.setattr(refimpl, "get_default_dtype", lambda: "float64", raising=False)
+def float64_default():
+    """paddle.set_default_dtype('float64') for the test (split's parameters, as Paddle's
+    tests/test_tensor_parallel.py does), the old default after."""
+    before = refimpl.get_default_dtype()
+    refimpl.set_default_dtype("float64")
+    yield
+    refimpl.set_default_dtype(before)
 
 
 def _split_net(dtype, degree=MP):
@@ -307,7 +310,7 @@ def mpi_rank_main(run):
     import os
     import sys
     import refimpl.distributed as dist
-    refimpl.get_default_dtype = lambda: "float64"   # (see float64_default)
+    refimpl.set_default_dtype("float64")   # (see float64_default)
     dist.init_parallel_env()
     assert context.current().backend == "mpi"
     np.savez(os.path.join(sys.argv[2], f"rank{context.current().rank}.npz"), **run(sys.argv[1]))

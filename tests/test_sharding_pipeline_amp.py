@@ -172,9 +172,12 @@ def _check(world, mp, got, ref, amp, **tol):
 
 
 @pytest.fixture
-def float64_default(monkeypatch):
-    """split creates parameters of paddle.get_default_dtype() (stands in for set_default_dtype('float64'))."""
-    monkeypatch.setattr(refimpl, "get_default_dtype", lambda: "float64", raising=False)
+def float64_default():
+    """paddle.set_default_dtype('float64') for the test (split's parameters), the old default after."""
+    before = refimpl.get_default_dtype()
+    refimpl.set_default_dtype("float64")
+    yield
+    refimpl.set_default_dtype(before)
 
 
 # ---- (a) ClipGradByGlobalNorm, float64 -------------------------------------------------------------------------

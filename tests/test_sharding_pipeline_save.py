@@ -21,8 +21,12 @@ WIDTH = 8
 
 
 @pytest.fixture
-def float64_default(monkeypatch):
-    monkeypatch.setattr(refimpl, "get_default_dtype", lambda: "float64", raising=False)
+def float64_default():
+    """paddle.set_default_dtype('float64') for the test, the old default after."""
+    before = refimpl.get_default_dtype()
+    refimpl.set_default_dtype("float64")
+    yield
+    refimpl.set_default_dtype(before)
 
 
 def _net():

@@ -69,12 +69,14 @@ B1, B2, EPS = (float(np.float32(v)) for v in (0.9, 0.999, 1e-8))
 
 def _one_device(kind, opt, batches, pow_dtype="float64"):
     """The net trained on one device: SGD(0.1) or Adam(0.01), whose beta1^t / beta2^t accumulators
-    are kept in ``pow_dtype`` (the dtype the program gives them)."""
+    are kept in ``pow_dtype`` (the dtype the program gives them: the parameters', as Paddle 3.3.1). Paddle
+    3.3.1 printed, for a float64 Adam(0.01): beta1_pow = 0.9, 0.8099999785423279, 0.7289999613761907 ... --
+    the startup fills 0.9 in the pow's dtype, each step multiplies by beta1 as the op's float32 attr."""
     P = {k: v.copy() for k, v in _full_init(kind).items()}
     m = {k: np.zeros_like(v) for k, v in P.items()}
     v2 = {k: np.zeros_like(v) for k, v in P.items()}
     t = np.dtype(pow_dtype).type
-    pow1, pow2 = t(B1), t(B2)
+    pow1, pow2 = t(0.9), t(0.999)
     for x, ids, label in batches:
         for k, g in _grads(kind, P, x, ids, label).items():
             if opt == "sgd":
@@ -129,10 +131,12 @@ def _gathered(kind, trained):
 
 
 @pytest.fixture
-def float64_default(monkeypatch):
-    """The mp layers create parameters of paddle.get_default_dtype(), as Paddle's (refimpl lacks
-    set_default_dtype: stand in for paddle.set_default_dtype('float64'))."""
-    monkeypatch.setattr(refimpl, "get_default_dtype", lambda: "float64", raising=False)
+def float64_default():
+    """paddle.set_default_dtype('float64') for the test (the mp layers' parameters), the old default after."""
+    before = refimpl.get_default_dtype()
+    refimpl.set_default_dtype("float64")
+    yield
+    refimpl.set_default_dtype(before)
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -221,15 +225,15 @@ def test_parameter_bytes_per_rank_are_the_shards(float64_default, capsys):
 def test_tp_dp_under_mpiexec_gives_one_device(tmp_path):
     run_script(__file__, ["mpi", tmp_path], timeout=240)
     trained = [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(4)]
-    ref, got = _one_device("mp", "adam", _data(batch=8), "float32"), _gathered("mp", trained)
-    assert set(np.load(tmp_path / "pows.npz")["dtypes"]) == {"float32"}
+    ref, got = _one_device("mp", "adam", _data(batch=8), "float64"), _gathered("mp", trained)
+    assert set(np.load(tmp_path / "pows.npz")["dtypes"]) == {"float64"}   # the parameters' (Paddle 3.3.1)
     for n, (role, axis) in LAYOUT["mp"].items():
         np.testing.assert_array_equal(trained[2][n], trained[0][n], err_msg=n)
         np.testing.assert_allclose(got[n], ref[role], rtol=1e-6, atol=1e-9, err_msg=n)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["mpi"]:   # one rank of test_tp_dp_under_mpiexec_gives_one_device
-    refimpl.get_default_dtype = lambda: "float64"         # (see float64_default)
+    refimpl.set_default_dtype("float64")                 # (see float64_default)
     _, mine, pows = _train_rank("mp", "adam", 4, _data(batch=8))
     rank = context.current().rank
     np.savez(os.path.join(sys.argv[2], f"rank{rank}.npz"), **mine)

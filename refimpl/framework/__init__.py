@@ -46,6 +46,7 @@ from .program import (Program, default_main_program, default_startup_program, de
 from .variable import Parameter, Variable
 from .io import *  # noqa: F401,F403  (paddle.framework.save / load)
 from .grad_mode import *  # noqa: F401,F403  (is_grad_enabled, set_grad_enabled, no_grad)
+from .dtype_default import get_default_dtype, set_default_dtype  # noqa: F401  (paddle.framework's)
 
 # Paddle starts in dygraph mode (python/paddle/base/framework.py: global_var._in_eager_mode_).
 _dynamic_mode = True

@@ -1,6 +1,7 @@
 """``static.data``, ``create_parameter`` and ``create_global_var``.
 
-Mirrors ``paddle.static.data`` (a data variable: -1 for ``None`` dims,
+Mirrors ``paddle.static.data`` (a data variable of the default dtype unless
+``dtype`` is given (``paddle.get_default_dtype()``): -1 for ``None`` dims,
 ``stop_gradient=True``, ``is_data=True``, checked when fed; a dim is an
 int >= -1 or ``None``, never a boolean, as Paddle's ``check_shape``),
 ``paddle.static.create_parameter`` and ``paddle.static.create_global_var``
@@ -14,6 +15,7 @@ from typing import Any, Optional, Sequence, TYPE_CHECKING
 from refimpl.core.dtypes import convert_dtype
 from refimpl.core.errors import InvalidArgument
 from refimpl.framework import check_static_mode
+from refimpl.framework.dtype_default import get_default_dtype
 from refimpl.framework.program import default_main_program
 from refimpl.nn.initializer import Constant
 
@@ -24,7 +26,8 @@ if TYPE_CHECKING:
     from .layer_helper import ParamAttr
 
 
-def data(name: str, shape: Sequence[Optional[int]], dtype: Any = "float32", lod_level: int = 0) -> Variable:
+def data(name: str, shape: Sequence[Optional[int]], dtype: Any = None, lod_level: int = 0) -> Variable:
+    """A data variable; ``dtype`` None is the default dtype (``paddle.get_default_dtype()``), as Paddle's."""
     check_static_mode("paddle.static.data")  # Paddle: static only, an error after disable_static()
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"static.data: name must be a non-empty string, got {name!r}")
@@ -38,8 +41,8 @@ def data(name: str, shape: Sequence[Optional[int]], dtype: Any = "float32", lod_
             raise InvalidArgument(f"static.data({name!r}): bad dim {d!r} in shape {list(shape)}")
         dims.append(d)
     return default_main_program().global_block().create_var(
-        name=name, shape=dims, dtype=convert_dtype(dtype), stop_gradient=True,
-        is_data=True, need_check_feed=True, lod_level=lod_level)
+        name=name, shape=dims, dtype=get_default_dtype() if dtype is None else convert_dtype(dtype),
+        stop_gradient=True, is_data=True, need_check_feed=True, lod_level=lod_level)
 
 
 def create_parameter(shape: Sequence[int], dtype: Any, name: Optional[str] = None,

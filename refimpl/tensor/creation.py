@@ -15,6 +15,11 @@ straight to PIR-only C++ functions). Names follow 2.6.2's helpers:
 for another dtype, under ``device_guard`` of the place (``op_device`` "cpu"
 for the default CPU place).
 
+A dtype left None is Paddle's default dtype (``paddle.get_default_dtype()``,
+``refimpl/framework/dtype_default.py``) for ``full`` / ``zeros`` / ``ones`` /
+``eye``, ``arange`` of a float and ``to_tensor`` of Python floats; ``full`` of
+a Python bool is bool, as 3.3.1's; the ``*_like`` functions take ``x``'s dtype.
+
 Not here: ``empty`` (no ``empty`` op in the registry); shapes given as
 Variables (``ShapeTensor``), which refimpl does not build.
 """
@@ -24,11 +29,12 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from refimpl.core.dtypes import convert_dtype, to_vartype
+from refimpl.core.dtypes import convert_dtype, to_numpy_dtype, to_vartype
 from refimpl.core.errors import InvalidArgument
 from refimpl.core.place import CPUPlace, CUDAPlace
 from refimpl.executor.backend import default_place
 from refimpl.framework import check_static_mode
+from refimpl.framework.dtype_default import get_default_dtype
 from refimpl.framework.program import device_guard
 from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
@@ -41,9 +47,10 @@ __all__ = ['arange', 'assign', 'eye', 'fill_constant', 'full', 'full_like', 'one
 _INT_DTYPES = ('int8', 'uint8', 'int16', 'int32', 'int64')
 
 
-def _dtype(dtype: Any, api: str, default: str = "float32") -> str:
+def _dtype(dtype: Any, api: str, default: Optional[str] = None) -> str:
+    """``dtype`` by its name; None is ``default``, or else Paddle's default dtype (``get_default_dtype()``)."""
     if dtype is None:
-        return default
+        return get_default_dtype() if default is None else default
     try:
         return convert_dtype(dtype)
     except InvalidArgument as exc:
@@ -88,6 +95,8 @@ def fill_constant(shape: Sequence[int], dtype: Any, value: Any, force_cpu: bool 
 
 def full(shape: Sequence[int], fill_value: Any, dtype: Any = None, name: Optional[str] = None) -> Variable:
     _number(fill_value, "full", "fill_value")
+    if dtype is None and isinstance(fill_value, bool):  # Paddle 3.3.1's full: a bool fill is bool
+        dtype = "bool"
     return fill_constant(_shape(shape, "full"), _dtype(dtype, "full"), fill_value, name=name)
 
 
@@ -103,7 +112,7 @@ def arange(start: Any = 0, end: Any = None, step: Any = 1, dtype: Any = None,
            name: Optional[str] = None) -> Variable:
     """``range`` over three ``fill_constant([1], force_cpu=True)`` made under ``device_guard("cpu")``.
 
-    dtype None: int64 when start, end and step are all ints, else float32.
+    dtype None: int64 when start, end and step are all ints, else the default dtype.
     """
     if end is None:
         start, end = 0, start
@@ -113,7 +122,7 @@ def arange(start: Any = 0, end: Any = None, step: Any = 1, dtype: Any = None,
         raise InvalidArgument("arange: argument 'step' must not be 0")
     if dtype is None:
         ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (start, end, step))
-        dtype = "int64" if ints else "float32"
+        dtype = "int64" if ints else get_default_dtype()
     dtype = _dtype(dtype, "arange")
     n = int(np.ceil((end - start) / step))
     with device_guard("cpu"):
@@ -228,7 +237,7 @@ def to_tensor(data: Any, dtype: Any = None, place: Any = None, stop_gradient: bo
     """Paddle's ``paddle.to_tensor`` in static mode: a Variable holding ``data`` (``assign_value``, maybe ``cast``).
 
     A number or nested list becomes an array first, its floats of the default
-    dtype (float32) and its int32s int64 (NumPy arrays and scalars keep
+    dtype (``get_default_dtype()``) and its int32s int64 (NumPy arrays and scalars keep
     their dtype); int16 becomes int32. A Variable is returned as is (or cast).
     A list holding Variables is ``stack``-ed. ``stop_gradient`` is set on the
     result.
@@ -292,7 +301,7 @@ def _as_array(data: Any) -> np.ndarray:
         except ValueError as exc:  # ragged lists
             raise InvalidArgument(f"to_tensor: argument 'data' cannot become an array: {exc}") from None
         if arr.dtype.kind == "f":
-            return arr.astype("float32")
+            return arr.astype(to_numpy_dtype(get_default_dtype()))
         return arr.astype("int64") if arr.dtype.name == "int32" else arr
     raise InvalidArgument(f"to_tensor: cannot make a tensor of {type(data).__name__} {data!r}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from refimpl.framework.dtype_default import get_default_dtype
 from refimpl.framework.variable import Variable
 from refimpl.nn import functional as F
 from refimpl.nn.initializer import Constant
@@ -77,7 +78,8 @@ class PReLU(Layer):
         super().__init__()
         self._num_parameters, self._init = num_parameters, init
         self._weight_attr, self._data_format, self._name = weight_attr, data_format, name
-        self._weight = self.create_parameter(attr=weight_attr, shape=[num_parameters], dtype=self._dtype,
+        # Paddle's PReLU asks for get_default_dtype(); its repr still shows the Layer's own "float32"
+        self._weight = self.create_parameter(attr=weight_attr, shape=[num_parameters], dtype=get_default_dtype(),
                                              is_bias=False, default_initializer=Constant(init))
 
     def forward(self, x: Variable) -> Variable:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from refimpl.core.errors import InvalidArgument
+from refimpl.framework.dtype_default import get_default_dtype
 from refimpl.framework.variable import Variable
 from refimpl.nn import functional as F
 
@@ -29,7 +30,7 @@ class Bilinear(Layer):
                 raise InvalidArgument(f"Bilinear: {arg} must be a positive int, got {v!r}")
         self._weight_attr, self._bias_attr, self._name = weight_attr, bias_attr, name
         self._in1_features, self._in2_features, self._out_features = in1_features, in2_features, out_features
-        dtype = self._dtype or "float32"
+        self._dtype = dtype = get_default_dtype()  # Paddle's Bilinear: self._helper.get_default_dtype()
         self.weight = self.create_parameter(attr=weight_attr, shape=[out_features, in1_features, in2_features],
                                             dtype=dtype, is_bias=False)
         self.bias = self.create_parameter(attr=bias_attr, shape=[1, out_features], dtype=dtype, is_bias=True)
@@ -40,4 +41,4 @@ class Bilinear(Layer):
     def extra_repr(self) -> str:
         name_str = f", name={self._name}" if self._name else ""
         return (f"in1_features={self._in1_features}, in2_features={self._in2_features}, "
-                f"out_features={self._out_features}, dtype={self._dtype or 'float32'}{name_str}")
+                f"out_features={self._out_features}, dtype={self._dtype}{name_str}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from refimpl.core.errors import InvalidArgument
+from refimpl.framework.dtype_default import get_default_dtype
 from refimpl.framework.variable import Variable
 from refimpl.nn import functional as F
 
@@ -34,6 +35,7 @@ class Linear(Layer):
     def __init__(self, in_features: int, out_features: int, weight_attr: Any = None, bias_attr: Any = None,
                  name: Optional[str] = None) -> None:
         super().__init__()
+        self._dtype = get_default_dtype()  # Paddle's Linear: self._helper.get_default_dtype()
         self._weight_attr, self._bias_attr = weight_attr, bias_attr
         self.weight = self.create_parameter(shape=[in_features, out_features], attr=weight_attr,
                                             dtype=self._dtype, is_bias=False)
@@ -68,6 +70,7 @@ class Embedding(Layer):
         self._max_norm, self._norm_type = max_norm, norm_type
         self._sparse, self._scale_grad_by_freq = sparse, scale_grad_by_freq
         self._weight_attr, self._name = weight_attr, name
+        self._dtype = get_default_dtype()  # Paddle's Embedding (its dtype=None)
         self.weight = self.create_parameter(attr=weight_attr, shape=[num_embeddings, embedding_dim],
                                             dtype=self._dtype, is_bias=False)
 

@@ -85,6 +85,7 @@ class _ConvNd(Layer):
         else:
             std = math.sqrt(2.0 / (math.prod(self._kernel_size) * in_channels))
             shape, init = [out_channels, in_channels // groups] + self._kernel_size, Normal(0.0, std)
+        self._dtype = None  # Paddle's _ConvNd (dtype=None): the parameters take the default dtype
         self.weight = self.create_parameter(shape=shape, attr=weight_attr, dtype=self._dtype,
                                             default_initializer=init)
         self.bias = self.create_parameter(attr=bias_attr, shape=[out_channels], is_bias=True, dtype=self._dtype)

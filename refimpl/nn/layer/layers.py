@@ -33,6 +33,7 @@ import numpy as np
 from refimpl.core.dtypes import convert_dtype
 from refimpl.core.errors import InvalidArgument, NotFound
 from refimpl.framework import check_static_mode, unique_name
+from refimpl.framework.dtype_default import get_default_dtype
 from refimpl.framework.variable import Parameter, Variable
 from refimpl.static.layer_helper import LayerHelper
 
@@ -105,9 +106,14 @@ class Layer:
     # ---- parameters, buffers, sublayers ---------------------------------------------------
     def create_parameter(self, shape: Sequence[int], attr: Any = None, dtype: Any = None, is_bias: bool = False,
                          default_initializer: Any = None) -> Optional[Parameter]:
-        """A parameter named ``{full_name}.w_k`` / ``.b_k`` in the current main and startup programs."""
+        """A parameter named ``{full_name}.w_k`` / ``.b_k`` in the current main and startup programs.
+
+        No ``dtype`` (None or ""): the default dtype (``paddle.get_default_dtype()``), as Paddle's
+        ``LayerHelperBase.create_parameter`` falls back on it -- not the layer's own ``_dtype``.
+        """
         helper = LayerHelper(self._full_name, name=self._full_name)
-        dtype = convert_dtype(dtype) if dtype is not None else (self._dtype or "float32")
+        no_dtype = dtype is None or (isinstance(dtype, str) and not dtype)
+        dtype = get_default_dtype() if no_dtype else convert_dtype(dtype)
         return helper.create_parameter(attr, list(shape), dtype, is_bias=is_bias,
                                        default_initializer=default_initializer)
 

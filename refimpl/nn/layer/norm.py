@@ -21,6 +21,7 @@ import numbers
 from typing import Any, Optional, Sequence, Union
 
 from refimpl.core.errors import InvalidArgument
+from refimpl.framework.dtype_default import get_default_dtype
 from refimpl.framework.variable import Variable
 from refimpl.nn import functional as F
 from refimpl.nn.initializer import Constant, Normal
@@ -42,6 +43,7 @@ class LayerNorm(Layer):
             normalized_shape = [int(normalized_shape)]
         self._normalized_shape = list(normalized_shape)
         self._epsilon = epsilon
+        self._dtype = get_default_dtype()  # Paddle's LayerNorm (its dtype=None)
         self._weight_attr, self._bias_attr = weight_attr, bias_attr
         shape = [math.prod(self._normalized_shape)]
         self.weight = None if weight_attr is False else self.create_parameter(
@@ -67,6 +69,8 @@ class _BatchNormBase(Layer):
                  bias_attr: Any = None, data_format: str = "NCHW", use_global_stats: Optional[bool] = None,
                  name: Optional[str] = None) -> None:
         super().__init__()
+        # Paddle's _BatchNormBase: the default dtype, but float32 parameters and statistics under float16
+        self._dtype = "float32" if get_default_dtype() == "float16" else get_default_dtype()
         self._num_features = num_features
         self._weight_attr, self._bias_attr = weight_attr, bias_attr
         self._use_global_stats = use_global_stats
@@ -153,6 +157,8 @@ class GroupNorm(Layer):
                  device: Any = None, dtype: Any = None, weight_attr: Any = None, bias_attr: Any = None,
                  data_format: str = "NCHW", name: Optional[str] = None) -> None:
         super().__init__(dtype=dtype)
+        if dtype is None:  # Paddle's GroupNorm: self._helper.get_default_dtype() if dtype is None
+            self._dtype = get_default_dtype()
         self._epsilon, self._num_channels, self._num_groups = epsilon, num_channels, num_groups
         if data_format not in ("NCL", "NCHW", "NCDHW", "NLC", "NHWC", "NDHWC"):
             raise InvalidArgument(f"GroupNorm: unsupported data layout {data_format!r}, expected one of "
@@ -196,10 +202,10 @@ class _InstanceNormBase(Layer):
         self._momentum, self._epsilon = momentum, epsilon
         self._weight_attr, self._bias_attr = weight_attr, bias_attr
         self._num_features, self._data_format = num_features, data_format
-        if weight_attr is not False:
-            self.scale = self.create_parameter(attr=weight_attr, shape=[num_features], dtype=self._dtype,
+        if weight_attr is not False:  # no dtype, as Paddle's: the default dtype
+            self.scale = self.create_parameter(attr=weight_attr, shape=[num_features],
                                                default_initializer=Constant(1.0), is_bias=False)
-            self.bias = self.create_parameter(attr=bias_attr, shape=[num_features], dtype=self._dtype,
+            self.bias = self.create_parameter(attr=bias_attr, shape=[num_features],
                                               default_initializer=Constant(0.0), is_bias=True)
         else:
             self.scale = self.bias = None

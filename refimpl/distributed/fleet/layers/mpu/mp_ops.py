@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence, Tuple
 
 from refimpl.core.errors import InvalidArgument
+from refimpl.framework.dtype_default import get_default_dtype
 from refimpl.framework.program import default_main_program, default_startup_program
 from refimpl.framework.variable import Variable
 from refimpl.static.layer_helper import LayerHelper
@@ -51,10 +52,8 @@ InvalidArgumentValue = type("InvalidArgumentValue", (InvalidArgument, ValueError
 
 
 def default_dtype() -> str:
-    """Paddle's ``get_default_dtype()`` (float32 unless refimpl has ``set_default_dtype`` and it was called)."""
-    import refimpl
-    get = getattr(refimpl, "get_default_dtype", None)
-    return str(get()) if callable(get) else "float32"
+    """Paddle's ``paddle.get_default_dtype()`` (``refimpl/framework/dtype_default.py``)."""
+    return get_default_dtype()
 
 
 def _check_input(x: Any, api: str, dtypes: Sequence[str] = _FLOATS_INTS) -> Variable:
