@@ -10,10 +10,12 @@ builds it: every group of every ring is created on every rank, in the same
 order (as ``paddle.distributed.new_group``), and the program's ring id is
 bound on this rank to the group that holds it. The ``c_comm_init`` ops of
 the startup program then find their ring ready, with the right size and rank.
+A group keeps the order it is given (a pipeline's pair ring of stages 1 and 0
+has stage 1 as its rank 0, as Paddle's ``_init_pair_comm`` numbers it).
 """
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 from refimpl.core.errors import InvalidArgument
 from refimpl.distributed import collective
@@ -37,15 +39,26 @@ def bind_rings(rings: Sequence[Ring]) -> bool:
     for ring_id, groups in rings:
         mine = None
         for g in groups:
-            group = collective.new_group(list(g))
-            if ctx.rank in group.ranks:
+            gid = _new_group(ctx, [int(r) for r in g])
+            if ctx.rank in g:
                 if mine is not None:
                     raise InvalidArgument(f"ring {ring_id}: rank {ctx.rank} is in two of its groups {list(groups)}")
-                mine = group.id
+                mine = gid
         if mine is None:
             raise InvalidArgument(f"ring {ring_id}: rank {ctx.rank} is in none of its groups {list(groups)}")
         ctx.bind_ring(ring_id, mine)
     return True
+
+
+def _new_group(ctx: Any, ranks: List[int]) -> int:
+    """A fresh world-wide group of ``ranks``; its id. Ascending ranks go through ``collective.new_group``;
+    others (a pipeline's pair ring whose rank 0 is the later stage) keep their order: ``ranks[i]`` is the
+    group's rank ``i``, as the program's ``peer`` / ``rank`` attrs count."""
+    if ranks == sorted(ranks):
+        return collective.new_group(ranks).id
+    gid = max(collective._FIRST_NEW_RING - 1, max(ctx.groups)) + 1
+    ctx.add_group(gid, ranks)
+    return gid
 
 
 def partition(world: int, degree: int, inner: int) -> list:

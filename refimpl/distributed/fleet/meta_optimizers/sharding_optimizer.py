@@ -6,7 +6,8 @@ Paddle 3.3.1 (legacy IR, the CUDA build). Applies in collective mode with
 LAMB and ASP. ``minimize``:
 
 1. reads ``sharding_configs`` (segment strategy, degrees, gradient merge) and
-   builds the groups (``sharding/rings.py``: mp 0, sharding 1, dp 2, global 3);
+   builds the groups (``sharding/rings.py``: mp 0, sharding 1, dp 2, global 3,
+   pipe 4, stage pairs 20+);
 2. runs the inner optimizer's minimize, then brings up each ring in startup
    (``c_gen_nccl_id`` + ``c_comm_init``, no barrier);
 3. assigns parameters to owners (``sharding/shard.py``), splits forward and
@@ -26,18 +27,19 @@ not split's shards over the mp ring (all of them over the dp ring); one
 exception, where Paddle 3.3.1's pruning drops gradients (see
 ``sharding/prune_program.py``).
 
-With ``pp_degree > 1`` (and ``strategy.pipeline``) refimpl does not write
-Paddle's section programs: the program becomes refimpl's pipeline Plan
-(``pipeline_optimizer.apply_pipeline``, the ranks of one stage's sharding x mp
-group as its innermost axis) and each stage's optimizer job is sharded over the
-stage's sharding group (``sharding/pipeline_sharding.py``: ZeRO-1, parameters
-whole). AMP (fp16 O1) and ``ClipGradByGlobalNorm`` work there: the found-inf
-flag is max-reduced over the pipe, mp and sharding rings, the global norm
-summed over the sharding, mp and pipe rings, each parameter once.
-As in Paddle, ``gradient_merge_acc_step`` is not used there (the merge is the
-pipeline's ``accumulate_steps``; refimpl warns when it is set > 1);
-``optimize_offload`` / ``optimize_cast``, ``_dp_as_optimizer_sharding``, other
-clips and pure fp16 / bf16 AMP raise Unimplemented naming the option.
+With ``pp_degree > 1`` (and ``strategy.pipeline``) the programs are Paddle's
+section programs (``sharding/pipeline_passes.py``): the inner minimize is
+the legacy ``PipelineOptimizer``'s (``refimpl/incubate/optimizer/pipeline/``),
+whose section program of this rank's stage and split startup the passes
+above then edit; startup also brings up the pipe ring 4 and the stage-pair
+rings from 20; the gradients merged over the micro-batches are reduced to
+their owners (sharding) or, once per step in the optimizer, all-reduced over
+dp (``pp_hybrid_dp``) or -- with ``_dp_as_optimizer_sharding`` -- reduced to
+their dp owner, whose updated parameters are broadcast back (fused with
+``fuse_all_reduce_ops``; ``optimize_cast`` keeps the fp16 copies). As in
+Paddle, ``gradient_merge_acc_step`` is not used there (the merge is the
+pipeline's ``accumulate_steps``; refimpl warns when it is set > 1). Pure
+bf16 AMP with a pipeline raises Unimplemented (not checked against Paddle).
 
 refimpl additions: :meth:`_check_configs` rejects bad configs with typed
 errors before anything is built (the same on every rank), among them
@@ -66,12 +68,13 @@ from ..utils.log_util import logger
 from . import program_rings
 from .collective_helper import init_communicator
 from .meta_optimizer_base import MetaOptimizerBase, ParamsGrads
-from .sharding.config_checks import optimizer_chain, check_model_parallel_ops, check_pipeline_configs, \
-    global_norm_clip
+from .sharding.config_checks import check_model_parallel_ops, check_pipeline_configs
 from .sharding.fp16_helper import FP16Utils
+from .sharding.fuse_helper import fuse_opt_broadcast_param_ops
 from .sharding.gradient_clip_helper import GradientClipHelper
 from .sharding.gradient_merge import GradientMergeMixin
 from .sharding.offload_helper import OffloadHelper
+from .sharding.pipeline_passes import PipelineShardingMixin
 from .sharding.prune_program import PruneMixin
 from .sharding.rings import ShardingGroups
 from .sharding.segments import SegmentsMixin
@@ -79,13 +82,9 @@ from .sharding.shard import Shard
 from .sharding.utils import OP_ROLE_KEY, insert_scale_loss_grad_ops
 
 _SEGMENT_STRATEGIES = ("segment_broadcast_MB", "segment_anchors")
-#: sharding x pp: the pipeline's data rings (one per stage x sharding x mp rank) count down from here
-_PIPELINE_DP_RING_BASE = 9000
-#: sharding x pp with a global-norm clip: the ring of pipe i (its pp stages) is this + i
-_PIPELINE_PP_RING_BASE = 9500
 
 
-class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptimizerBase):
+class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, PipelineShardingMixin, MetaOptimizerBase):
     """ZeRO sharding of a static program: each parameter, its gradient's sum and its optimizer state live on
     its owner; the others broadcast it before use (see the module docstring)."""
 
@@ -102,7 +101,10 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
     sharding_group_id: int
     sharding_group_endpoints: List[str]
     pp_ring_id: int
+    pp_pair_ring_id: int
     pp_rank: int
+    pp_group_id: int
+    pp_group_endpoints: List[str]
     dp_ring_id: int
     dp_rank: int
     dp_group_endpoints: List[str]
@@ -120,7 +122,10 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
         self._broadcast_vars: Set[str] = set()
         self._reduced_grads_to_param: dict = {}
         self._shard = Shard()
-        self._optimizer_sharding = False  # Paddle's dp-as-optimizer-sharding (pipeline only): never here
+        self._optimizer_sharding = False  # Paddle's dp-as-optimizer-sharding (pipeline x dp only)
+        self.scale_gradient = False
+        self.pipeline_pair: List[Tuple[int, int]] = []
+        self.pp_ring_map: dict = {}
         self.mp_degree = 1
 
     def _can_apply(self) -> bool:
@@ -135,6 +140,12 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
     def _enable_strategy(self, dist_strategy: Any, context: Optional[dict] = None) -> None:
         dist_strategy.sharding = True
         dist_strategy.sharding_configs = {"segment_broadcast_MB": 32}
+
+    def covered_switches(self) -> Tuple[str, ...]:
+        """The strategy switches without a meta-optimizer of their own that this one writes, for
+        DistributedOptimizer's check of the uncovered ones: ``fuse_grad_merge`` (the legacy pipeline's
+        fused merge buffers, ``FusedMergedGrad_*``) when sharding runs inside a pipeline."""
+        return ("fuse_grad_merge",) if int(self.user_defined_strategy.sharding_configs["pp_degree"]) > 1 else ()
 
     # ---- configs ------------------------------------------------------------------------------
     def _check_configs(self, loss: Any) -> None:
@@ -205,8 +216,14 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
         self.hybrid_dp = self.dp_degree > 1
 
     def _get_hybrid_dp_mode(self) -> None:
-        c = self.user_defined_strategy.sharding_configs
-        self.hybrid_dp_mode = "sharding_hybrid_dp" if self.hybrid_dp else None
+        """Where hybrid dp and the gradient merge communicate: in sharding's backward segments (no pipeline)
+        or once per step in the pipeline's optimizer (``pp_hybrid_dp`` / ``pp_gm``); and whether dp shards the
+        optimizer state (``_dp_as_optimizer_sharding`` with pp, dp > 1 and no sharding)."""
+        s = self.user_defined_strategy
+        c = s.sharding_configs
+        self.hybrid_dp_mode = None
+        if self.hybrid_dp:
+            self.hybrid_dp_mode = "pp_hybrid_dp" if self.pp_degree > 1 else "sharding_hybrid_dp"
         self.gradient_merge_mode = "sharding_gm"
         self._grad2merged_grad: dict = {}
         self._gradient_merge_acc_step = int(c["gradient_merge_acc_step"])
@@ -216,9 +233,11 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
                                f"not used with pp_degree = {self.pp_degree}: the gradients are merged over the "
                                "pipeline's accumulate_steps micro-batches of each run (as in Paddle)")
             self.gradient_merge_mode = "pp_gm"
-            self._gradient_merge_acc_step = int(self.user_defined_strategy.pipeline_configs["accumulate_steps"])
-        self._optimizer_sharding = False
-        self.pp_allreduce_in_optimize = c["pp_allreduce_in_optimize"]
+            self._gradient_merge_acc_step = int(s.pipeline_configs["accumulate_steps"])
+            self.scale_gradient = bool(s.gradient_scale_configs["scale_gradient"])
+        self._optimizer_sharding = bool(self.sharding_degree == 1 and self.dp_degree > 1 and self.pp_degree > 1
+                                        and c["_dp_as_optimizer_sharding"])
+        self.pp_allreduce_in_optimize = bool(c["pp_allreduce_in_optimize"])
 
     def _build_groups(self) -> None:
         rm = self.role_maker
@@ -229,8 +248,9 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
             g.global_endpoints
         self.current_endpoint = g.current_endpoint
         for name in ("mp_ring_id", "mp_rank", "mp_group_endpoints", "sharding_ring_id", "sharding_rank",
-                     "sharding_group_id", "sharding_group_endpoints", "pp_ring_id", "pp_rank", "dp_ring_id",
-                     "dp_rank", "dp_group_endpoints", "global_ring_id"):
+                     "sharding_group_id", "sharding_group_endpoints", "pp_ring_id", "pp_pair_ring_id", "pp_rank",
+                     "pp_group_id", "pp_group_endpoints", "dp_ring_id", "dp_rank", "dp_group_endpoints",
+                     "global_ring_id"):
             setattr(self, name, getattr(g, name))
 
     # ---- minimize -----------------------------------------------------------------------------
@@ -242,12 +262,13 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
         self._get_hybrid_degree()
         self._get_hybrid_dp_mode()
         self._build_groups()
-        program_rings.bind_rings(self._groups.world_rings())
-        if self.pp_degree > 1:
-            return self._minimize_with_pipeline(loss, startup_program, parameter_list, no_grad_set)
+        if self.pp_degree == 1:  # (with a pipeline: once its stage pairs are known, _bind_pipeline_rings)
+            program_rings.bind_rings(self._groups.world_rings())
         optimize_ops, params_grads = self._inner_opt_minimize(loss, startup_program, parameter_list, no_grad_set)
         self._init_comm()
         self._apply_sharding_pass(params_grads)
+        self._apply_opt_sharding_pass(params_grads)
+        self._insert_allreduce_for_pp(params_grads)
         self._adapt_amp_clip_without_sharding()
         self._insert_loss_grad_scale_op()
         self._apply_optimize_offload_pass(params_grads)
@@ -256,97 +277,29 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
         self._recreate_not_persist_param_as_var()
         return optimize_ops, params_grads
 
-    def _minimize_with_pipeline(self, loss: Any, startup_program: Optional[Any], parameter_list: Any,
-                                no_grad_set: Any) -> Tuple[List[Any], ParamsGrads]:
-        """sharding x pp (x mp x dp): refimpl's pipeline Plan, its optimizer job sharded over the stage's
-        sharding group (``sharding/pipeline_sharding.py``); AMP's found-inf flag max-reduced over the pipe
-        (``pipeline/amp.py``), mp and sharding rings; a global-norm clip written into the optimizer job."""
-        from refimpl.distributed.pipeline.hybrid import HybridLayout, broadcast_stage_params
-        from refimpl.distributed.pipeline.runner import add_model_parallel_flag_sync
-        from .pipeline_optimizer import given_pipeline_configs, apply_pipeline
-        from .sharding.pipeline_sharding import shard_optimizer_job, stage_params
-        clip = global_norm_clip(self.user_defined_optimizer)
-        optimize_ops, params_grads = self._minimize_without_clip(loss, startup_program, parameter_list,
-                                                                 no_grad_set)
-        self._init_comm()
-        # Paddle's rank order (mp -> sharding -> pp -> dp) is the pipeline's (mp -> pp -> dp) with the
-        # sharding x mp ranks of one stage as its innermost axis
-        inner = self.sharding_degree * self.mp_degree
-        layout = HybridLayout(self.global_rank, self.dp_degree, self.pp_degree, inner)
-        layout.create_data_rings(_PIPELINE_DP_RING_BASE)
-        pipeline = apply_pipeline(self._main_program, self._startup_program, loss,
-                                  given_pipeline_configs(self.user_defined_strategy), self.global_rank,
-                                  self.dp_degree, self.pp_degree, 1, None, mp=inner, layout=layout,
-                                  bind_model_ring=False, broadcast_params=False,
-                                  flag_ring=self.mp_ring_id if self.mp_degree > 1 else None)
-        job = pipeline.plans[layout.stage].program("optimizer")
-        params = stage_params(job)
-        if self.sharding_degree > 1:
-            self._shard = shard_optimizer_job(job, self._startup_program, self.sharding_rank, self.sharding_degree,
-                                              self.sharding_ring_id)
-            add_model_parallel_flag_sync(job, self.sharding_ring_id)
-        if clip is not None:
-            self._clip_in_pipeline(job, clip, layout)
-        for degree, ring, skip in ((self.mp_degree, self.mp_ring_id, True),
-                                   (self.sharding_degree, self.sharding_ring_id, False),
-                                   (self.dp_degree, self.dp_ring_id, False)):
-            if degree > 1:  # the replicas of this stage's parameters start alike
-                broadcast_stage_params(self._startup_program, params, ring, skip_distributed=skip)
-        self._pipeline = pipeline
-        return optimize_ops, params_grads
-
-    def _minimize_without_clip(self, loss: Any, startup_program: Optional[Any], parameter_list: Any,
-                               no_grad_set: Any) -> Tuple[List[Any], ParamsGrads]:
-        """The inner minimize with the optimizers' ``_grad_clip`` unset (the pipeline would cut the clip ops
-        across stages; ``_clip_in_pipeline`` writes them into the optimizer job), then set back."""
-        holders = [o for o in optimizer_chain(self.user_defined_optimizer)
-                   if getattr(o, "_grad_clip", None) is not None]
-        clips = [o._grad_clip for o in holders]
-        for o in holders:
-            o._grad_clip = None
-        try:
-            return self._inner_opt_minimize(loss, startup_program, parameter_list, no_grad_set)
-        finally:
-            for o, c in zip(holders, clips):
-                o._grad_clip = c
-
-    def _clip_in_pipeline(self, job: Any, clip: Any, layout: Any) -> None:
-        """``clip`` (a ClipGradByGlobalNorm) on ``job``'s gradients, the norm summed over the sharding, mp and
-        pipe groups (a ring per pipe, made by every rank in the same order), replicated mp params once."""
-        from .pipeline_optimizer import claim_ring
-        from .sharding.pipeline_sharding import clip_merged_gradients
-        if layout.can_host():
-            for i, ranks in enumerate(layout.pipes):
-                claim_ring(_PIPELINE_PP_RING_BASE + i, ranks)
-        rings = [r for d, r in ((self.sharding_degree, self.sharding_ring_id), (self.mp_degree, self.mp_ring_id))
-                 if d > 1] + [_PIPELINE_PP_RING_BASE + layout.pipe_index]
-        main = self._main_program.global_block()
-        distributed = {p.name for p in main.all_parameters() if getattr(p, "is_distributed", False)}
-        need_clip = {p.name for p in main.all_parameters() if getattr(p, "need_clip", True) is not False}
-        mp_rank = self.mp_rank if self.mp_degree > 1 else 0
-        clip_merged_gradients(job, clip.clip_norm, need_clip.__contains__,
-                              lambda p: mp_rank == 0 or p in distributed, rings)
-
     def _inner_opt_minimize(self, loss: Any, startup_program: Optional[Any], parameter_list: Any,
                             no_grad_set: Any) -> Tuple[List[Any], ParamsGrads]:
         if self.inner_opt is None:
             raise InvalidArgument("self.inner_opt of ShardingOptimizer should not be None")
+        if self.pp_degree > 1:
+            return self._pipeline_inner_minimize(loss, startup_program, parameter_list, no_grad_set)
         optimize_ops, params_grads = self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
         self._main_program = loss.block.program
         self._startup_program = startup_program or default_startup_program()
         return optimize_ops, params_grads
 
     def _init_comm(self) -> None:
-        """Bring up the mp, sharding and dp rings in startup (no barrier: ``sync=False``)."""
-        for degree, endpoints, rank, ring in ((self.mp_degree, self.mp_group_endpoints, self.mp_rank,
-                                               self.mp_ring_id),
-                                              (self.sharding_degree, self.sharding_group_endpoints,
-                                               self.sharding_rank, self.sharding_ring_id),
-                                              (self.dp_degree, self.dp_group_endpoints, self.dp_rank,
-                                               self.dp_ring_id)):
+        """Bring up the mp, sharding, pipeline (pipe and stage pairs) and dp rings in startup, in that order
+        (no barrier: ``sync=False``)."""
+        def ring(degree: int, endpoints: List[str], rank: int, ring_id: int) -> None:
             if degree > 1:
-                init_communicator(self._startup_program, self.current_endpoint, endpoints, rank, ring,
+                init_communicator(self._startup_program, self.current_endpoint, endpoints, rank, ring_id,
                                   sync=False)
+        ring(self.mp_degree, self.mp_group_endpoints, self.mp_rank, self.mp_ring_id)
+        ring(self.sharding_degree, self.sharding_group_endpoints, self.sharding_rank, self.sharding_ring_id)
+        if self.pp_degree > 1:
+            self._init_pipeline_comm()
+        ring(self.dp_degree, self.dp_group_endpoints, self.dp_rank, self.dp_ring_id)
 
     def _build_shard(self, params_grads: ParamsGrads, shard_rank: int, shard_size: int) -> None:
         self._params = {p.name for p, _ in params_grads}
@@ -385,6 +338,11 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, MetaOptim
         if c["optimize_offload"]:
             helper.offload(main_block, startup_block)
             helper.offload_fp32param(main_block, startup_block)  # (this includes optimize_cast)
+        elif c["optimize_cast"] and self._optimizer_sharding:
+            helper.opt_sharding_cast_fp32param(main_block, startup_block, [p.name for p, _ in params_grads])
+            # the parameter broadcasts are fused after optimize_cast renamed them to the fp16 copies
+            fuse_opt_broadcast_param_ops(main_block, self.dp_ring_id, self._shard,
+                                         strategy=self.user_defined_strategy)
         elif c["optimize_cast"]:
             helper.cast_fp32param_in_optimize(main_block, startup_block)
 

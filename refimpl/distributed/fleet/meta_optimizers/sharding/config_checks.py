@@ -10,14 +10,13 @@ message on every rank (they read only the program and the strategy):
   (``paddle.distributed.split``'s, on ring 0) must have been built for
   ``mp_degree`` ranks. Paddle would build such a program and fail, or compute
   with the wrong shards, when it runs.
-* :func:`check_pipeline_configs`: with ``pp_degree > 1`` the options that
-  refimpl's optimizer-job sharding (``pipeline_sharding.py``) does not write
-  (offload / cast, a clip other than
-  ``ClipGradByGlobalNorm``, pure fp16 / bf16 AMP).
+* :func:`check_pipeline_configs`: with ``pp_degree > 1`` Paddle's assert on
+  the gradient scale strategy ('avg'), and Unimplemented for pure bf16 AMP,
+  whose section programs refimpl has not checked against Paddle's.
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any
 
 from refimpl.core.errors import InvalidArgument, Unimplemented
 from refimpl.ops.model_parallel_ops import RING_OPS
@@ -47,44 +46,15 @@ def check_model_parallel_ops(loss: Any, mp_degree: int) -> None:
 
 
 def check_pipeline_configs(configs: Any, pp: int, strategy: Any, optimizer: Any) -> None:
-    """Unimplemented for the sharding x pp options refimpl does not write (see ``pipeline_sharding.py``)."""
-    for key in ("optimize_offload", "optimize_cast", "_dp_as_optimizer_sharding"):
-        if configs[key]:
-            raise Unimplemented(f"sharding_configs['{key}'] = True with pp_degree = {pp}: not implemented in "
-                                "refimpl's sharding x pipeline")
+    """What Paddle asserts for sharding x pp, and Unimplemented for pure bf16, which refimpl has not checked
+    against Paddle there."""
     scale = strategy.gradient_scale_configs["scale_strategy"]
     if scale != "avg":   # Paddle asserts it for the pipeline
         raise InvalidArgument(f"gradient_scale_configs['scale_strategy'] = {scale!r} with sharding_configs"
                               f"['pp_degree'] = {pp}: for pipeline mode the gradient scale mode should be 'avg'")
-    clips = [o._grad_clip for o in optimizer_chain(optimizer) if getattr(o, "_grad_clip", None) is not None]
-    for clip in clips:
-        if type(clip).__name__ != "ClipGradByGlobalNorm":
-            raise Unimplemented(f"sharding_configs['pp_degree'] = {pp} with grad_clip {type(clip).__name__}: "
-                                "refimpl's sharding x pipeline clips by the global norm only "
-                                "(ClipGradByGlobalNorm)")
-    if strategy.amp:
-        amp = strategy.amp_configs
-        for key in ("use_pure_fp16", "use_pure_bf16"):
-            if amp[key]:
-                raise Unimplemented(f"amp_configs['{key}'] = True with sharding_configs['pp_degree'] = {pp}: "
-                                    "refimpl's sharding x pipeline runs fp16 O1 dynamic loss scaling only")
+    if strategy.amp and strategy.amp_configs["use_pure_bf16"]:
+        raise Unimplemented(f"amp_configs['use_pure_bf16'] = True with sharding_configs['pp_degree'] = {pp}: not "
+                            "implemented in refimpl's sharding x pipeline (fp16 O1 and pure fp16 are)")
 
 
-def global_norm_clip(optimizer: Any) -> Any:
-    """The ``ClipGradByGlobalNorm`` of ``optimizer``'s chain (None when it clips nothing)."""
-    for o in optimizer_chain(optimizer):
-        if getattr(o, "_grad_clip", None) is not None:
-            return o._grad_clip
-    return None
-
-
-def optimizer_chain(optimizer: Any) -> List[Any]:
-    """``optimizer`` and the optimizers it wraps (``inner_opt`` / ``_optimizer``)."""
-    out: List[Any] = []
-    while optimizer is not None and all(optimizer is not o for o in out):
-        out.append(optimizer)
-        optimizer = getattr(optimizer, "inner_opt", None) or getattr(optimizer, "_optimizer", None)
-    return out
-
-
-__all__ = ["check_model_parallel_ops", "check_pipeline_configs", "global_norm_clip", "optimizer_chain"]
+__all__ = ["check_model_parallel_ops", "check_pipeline_configs"]

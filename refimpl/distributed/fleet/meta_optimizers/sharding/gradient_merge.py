@@ -25,7 +25,7 @@ from refimpl.framework.operator import Operator
 from refimpl.framework.program import device_guard, program_guard
 from refimpl.static.input import create_global_var
 
-from .utils import OP_ROLE_KEY, get_grad_device
+from .utils import OP_ROLE_KEY, get_grad_device, rename_input
 
 
 class GradientMergeMixin:
@@ -95,7 +95,7 @@ class GradientMergeMixin:
             op = cond_block._append_desc_op(old.type, {k: list(v) for k, v in old.inputs.items()},
                                             {k: list(v) for k, v in old.outputs.items()}, old.all_attrs())
             for grad, merged in self._grad2merged_grad.items():
-                op._rename_input(grad, merged)
+                rename_input(op, grad, merged)
                 op._rename_output(grad, merged)
             for name in op.desc.output_arg_names():  # the optimizer's temporaries move into the block
                 if name in moved or name in self._grad2merged_grad.values() or not main_block.has_var(name):

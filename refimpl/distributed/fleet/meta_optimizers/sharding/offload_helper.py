@@ -33,7 +33,7 @@ from refimpl.core.errors import PreconditionNotMet
 from refimpl.framework import unique_name
 from refimpl.framework.op_role import OP_ROLE_ATTR, OpRole
 
-from .utils import is_optimizer_op, is_update_op
+from .utils import is_optimizer_op, is_update_op, rename_input
 
 __all__ = ["PlaceType", "OffloadHelper"]
 
@@ -292,7 +292,7 @@ def _fp16_casts_of(block: Any, candidates: Dict[str, Any], skip_coalesce: bool) 
 def _rename_recompute_casts(op: Any, mapping: Dict[str, str]) -> None:
     for name in op.input_arg_names:
         if name in mapping:
-            op._rename_input(name, mapping[name])
+            rename_input(op, name, mapping[name])
     for name in op.output_arg_names:
         if name in mapping:
             op._rename_output(name, mapping[name])

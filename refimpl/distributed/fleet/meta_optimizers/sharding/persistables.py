@@ -8,7 +8,7 @@ persistables its own parameters and optimizer state plus the state every rank ha
 variable:
 
 * rank 0 saves every persistable of its program (the shared state with its own shard);
-  under sharding x pp (a program with a pipeline layout) that rule is generalized, refimpl's
+  under sharding x pp (a section program ``ShardingOptimizer`` marked) that rule is generalized, refimpl's
   addition: the first rank of each stage's sharding group (sharding rank 0, mp rank 0, dp rank 0 of
   the stage) saves every persistable of its stage's section program, since each stage holds other
   shared state (its own merge buffers, counters) that only its ranks have;
@@ -35,7 +35,7 @@ from typing import Any, Optional
 from refimpl.framework.variable import Parameter
 
 __all__ = ["save_persistables", "load_persistables", "is_persistable", "sharding_predicate", "trainer_id",
-           "saves_shared_state", "ShardedPersistablesAPI"]
+           "saves_shared_state", "ShardedPersistablesAPI", "SAVES_SHARED_STATE_ATTR"]
 
 #: Paddle's list: the optimizer accumulators and offload / optimize_cast copies a rank owns
 OPT_VAR_SUFFIXES = ("_moment1_0", "_moment2_0", "_beta1_pow_acc_0", "_beta2_pow_acc_0", "_velocity_0",
@@ -77,19 +77,20 @@ def _section(main_program: Any) -> Any:
     return pipeline_opt["section_program"] if pipeline_opt else program
 
 
+#: set by ShardingOptimizer on a sharding x pp section program: does this rank save its stage's shared state
+SAVES_SHARED_STATE_ATTR = "_sharding_saves_shared_state"
+
+
 def saves_shared_state(main_program: Any = None) -> bool:
     """Does this rank save every persistable? Rank 0; with a pipeline, the first rank of each stage.
 
-    The pipeline's layout (``_pipeline_opt.layout``, a ``HybridLayout`` whose innermost axis is the
-    stage's sharding x mp ranks) says where this rank is: the first one of its stage is at inner index 0
-    of data-parallel replica 0.
+    ``ShardingOptimizer`` marks the section program of a sharding x pp rank (sharding, mp and dp rank 0
+    of its stage: ``SAVES_SHARED_STATE_ATTR``); a program without the mark is Paddle's rule, rank 0.
     """
-    from refimpl.framework.program import default_main_program
-    program = main_program if main_program is not None else default_main_program()
-    layout = getattr(getattr(program, "_pipeline_opt", None), "layout", None)
-    if layout is None:
+    mark = getattr(_section(main_program), SAVES_SHARED_STATE_ATTR, None)
+    if mark is None:
         return trainer_id() == 0
-    return layout.dp_rank == 0 and layout.mp_rank == 0
+    return bool(mark)
 
 
 def save_persistables(exe: Any, dirname: str, main_program: Any = None, filename: Optional[str] = None) -> None:

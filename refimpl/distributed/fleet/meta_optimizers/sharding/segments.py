@@ -44,7 +44,7 @@ from .fp16_helper import FP16Utils
 from .shard import ProgramSegment, Shard
 from .utils import (OP_ROLE_VAR_KEY, get_var_size, insert_allreduce_ops, insert_broadcast_ops, insert_cast_ops,
                     insert_fill_constant_ops, insert_reduce_ops, insert_sync_calc_op, insert_sync_comm_ops,
-                    is_backward_op)
+                    is_backward_op, rename_input)
 
 
 def _role(op: Any) -> int:
@@ -69,6 +69,8 @@ class SegmentsMixin:
     _backward_remain_anchors: List[str]
     sharding_ring_id: int
     dp_ring_id: int
+    pp_degree: int
+    pp_allreduce_in_optimize: bool
     hybrid_dp: bool
     hybrid_dp_mode: Optional[str]
     gradient_merge_mode: str
@@ -143,7 +145,7 @@ class SegmentsMixin:
             if name in segment._param2broadcast:  # reuse the segment's broadcast var
                 broadcast_name = segment._param2broadcast[name]
                 if name != broadcast_name:
-                    op._rename_input(name, broadcast_name)
+                    rename_input(op, name, broadcast_name)
                 continue
             if self._shard.has_param(name):
                 broadcast_name = name
@@ -155,6 +157,8 @@ class SegmentsMixin:
             segment._param_mem += get_var_size(self._main_program.global_block().var(name))
 
     def _find_reduce_vars(self, segment: ProgramSegment, op: Any) -> None:
+        if self.pp_degree > 1 and self.pp_allreduce_in_optimize:
+            return  # the pipeline's merged gradients are reduced in the optimizer instead (Paddle's option)
         if not (is_backward_op(op) and OP_ROLE_VAR_KEY in op.attr_names):
             return
         pairs = list(op.all_attrs()[OP_ROLE_VAR_KEY] or [])
@@ -288,7 +292,7 @@ class SegmentsMixin:
             for name in op.desc.input_arg_names():
                 target = segment._param2broadcast.get(name)
                 if target is not None and target != name:
-                    op._rename_input(name, target)
+                    rename_input(op, name, target)
         main = self._main_program.global_block()
         for param, broadcast_name in segment._param2broadcast.items():
             if param != broadcast_name:

@@ -8,10 +8,9 @@ Paddle 3.3.1 (the names, signatures and the ops each inserts: ``broadcast``,
 helpers use. Every ``insert_*`` inserts at one index, so a list is inserted
 in reverse: the first name ends up last, as in Paddle.
 
-Differences: of the fused variants only the allreduce of hybrid dp is
-written (``FuseHelper``, ``insert_fused_allreduce_ops``); the fused reduce
-and parameter broadcast, which Paddle writes only for pipeline and optimizer
-sharding, raise Unimplemented naming ``fuse_all_reduce_ops``.
+The fused variants these dispatch to with ``fuse_all_reduce_ops``
+(``FuseHelper``: ``coalesce_tensor`` buffers of at most
+``fuse_grad_size_in_MB``) are in ``fuse_helper.py``.
 ``check_broadcast`` / ``check_allreduce_sum`` (disabled in Paddle) are not
 here; ``save_persistables`` is in ``persistables.py``. ``comm_analyse`` takes
 the report's path (Paddle: always ``nccl_size.txt``) and returns its histogram.
@@ -23,9 +22,8 @@ from functools import reduce as _fold
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from refimpl.core.dtypes import convert_dtype, to_vartype
-from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplemented
+from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 from refimpl.core.reduce_op import ReduceOp
-from refimpl.framework import unique_name
 from refimpl.framework.op_role import OP_ROLE_ATTR, OP_ROLE_VAR_ATTR, OpRole
 
 OP_ROLE_KEY = OP_ROLE_ATTR
@@ -56,6 +54,15 @@ def is_optimizer_op(op: Any) -> bool:
 
 
 # ---- where an inserted op belongs --------------------------------------------------------------
+def rename_input(op: Any, old: str, new: str) -> None:
+    """``op._rename_input`` as Paddle's C++ ``OpDesc::RenameInput`` does it: the ``op_role_var`` names are
+    renamed too (a backward op reading a parameter's broadcast copy names that copy in its pairs)."""
+    op._rename_input(old, new)
+    pairs = op.all_attrs().get(OP_ROLE_VAR_KEY)
+    if pairs and old in pairs:
+        op._set_attr(OP_ROLE_VAR_KEY, [new if n == old else n for n in pairs])
+
+
 def get_valid_op_role(block: Any, insert_idx: int) -> int:
     """Backward when inserting at the end or before a backward/optimize op, Forward before a
     forward/loss op; any other role (LRSched ...) looks at the next op (Paddle's rule)."""
@@ -107,73 +114,6 @@ def insert_cast_ops(block: Any, insert_idx: int, cast_ops: Dict[str, str]) -> No
                 {"in_dtype": to_vartype("float32"), "out_dtype": to_vartype("float16"), OP_ROLE_KEY: role})
 
 
-def _refuse_fused(strategy: Any, what: str) -> None:
-    if strategy is not None and strategy.fuse_all_reduce_ops:
-        raise Unimplemented(f"sharding: the fused {what} of DistributedStrategy.fuse_all_reduce_ops (written by "
-                            "Paddle only for pipeline and optimizer sharding) is not implemented in refimpl")
-
-
-class FuseHelper:
-    """Gradients grouped into ``coalesce_tensor`` buffers of at most ``fuse_size`` MB, one dtype each."""
-
-    @staticmethod
-    def sort_vars_by_dtype(block: Any, vars_name: Sequence[str]) -> List[str]:
-        by = {"float32": [], "float16": []}  # type: Dict[str, List[str]]
-        for name in vars_name:
-            dtype = convert_dtype(block.var(name).dtype)
-            if dtype not in by:
-                raise InvalidArgument(f"sharding fuse: only float32/float16 vars fuse, {name!r} is {dtype}")
-            by[dtype].append(name)
-        return by["float32"] + by["float16"]
-
-    @staticmethod
-    def get_fused_groups(block: Any, vars_name: Sequence[str], fuse_size: float = 32.0) -> List[List[Any]]:
-        groups: List[List[Any]] = []
-        cur_size, last_dtype = 0.0, None
-        for name in vars_name:
-            var = block.var(name)
-            size = get_var_size(var)
-            if cur_size + size > fuse_size or not groups or var.dtype != last_dtype:
-                groups.append([var])
-                cur_size, last_dtype = size, var.dtype
-            else:
-                groups[-1].append(var)
-                cur_size += size
-        return groups
-
-    @staticmethod
-    def insert_coalesce_tensor(block: Any, index: int, groups: Sequence[Sequence[Any]],
-                               op_role: int = OpRole.Backward, prefix: str = "Output") -> Tuple[List[Any], int]:
-        fused_vars, insert_num = [], 0
-        for group in groups:
-            if len(group) == 1:  # nothing to fuse
-                fused_vars.append(group[0])
-                continue
-            fused = block.create_var(name=unique_name.generate(f"Fused{prefix}_{group[0].name}"),
-                                     dtype=group[0].dtype, persistable=False, stop_gradient=True)
-            fused_vars.append(fused)
-            _insert(block, index, "coalesce_tensor", {"Input": list(group)},
-                    {"Output": list(group), "FusedOutput": [fused]},
-                    {"copy_data": True, "use_align": True, "dtype": to_vartype(group[0].dtype),
-                     OP_ROLE_KEY: op_role})
-            insert_num += 1
-        return fused_vars, insert_num
-
-
-def insert_fused_allreduce_ops(block: Any, insert_idx: int, ring_id: int, allreduce_vars: Sequence[str],
-                               op_role: int = OpRole.Backward, use_calc_stream: bool = False,
-                               fuse_grad_size_in_MB: float = 32) -> None:
-    """``coalesce_tensor`` per group, then per fused buffer a ``c_sync_calc_stream`` and an ``all_reduce``."""
-    groups = FuseHelper.get_fused_groups(block, allreduce_vars, fuse_grad_size_in_MB)
-    fused_vars, insert_num = FuseHelper.insert_coalesce_tensor(block, insert_idx, groups, op_role, prefix="Grad")
-    for fused in fused_vars:
-        _insert(block, insert_idx + insert_num, "all_reduce", {"x": [fused]}, {"out": [fused]},
-                {"ring_id": ring_id, "reduce_type": int(ReduceOp.SUM), OP_ROLE_KEY: op_role})
-        if not use_calc_stream:
-            _insert(block, insert_idx + insert_num, "c_sync_calc_stream", {"X": [fused]}, {"Out": [fused]},
-                    {OP_ROLE_KEY: op_role})
-
-
 def insert_allreduce_ops(block: Any, insert_idx: int, ring_id: int, allreduce_vars: Sequence[str],
                          op_role: int = OpRole.Backward, use_calc_stream: bool = False,
                          user_defined_strategy: Any = None) -> None:
@@ -183,6 +123,7 @@ def insert_allreduce_ops(block: Any, insert_idx: int, ring_id: int, allreduce_va
         return
     s = user_defined_strategy
     if s is not None and s.fuse_all_reduce_ops and not s.fuse_grad_merge:
+        from .fuse_helper import insert_fused_allreduce_ops
         insert_fused_allreduce_ops(block, insert_idx, ring_id, allreduce_vars, op_role, use_calc_stream,
                                    s.fuse_grad_size_in_MB)
         return
@@ -194,11 +135,19 @@ def insert_allreduce_ops(block: Any, insert_idx: int, ring_id: int, allreduce_va
 def insert_reduce_ops(block: Any, insert_idx: int, ring_id: int, reduce_vars: Sequence[str], shard: Any,
                       op_role: int = OpRole.Backward, use_calc_stream: bool = False, rank: Optional[int] = None,
                       strategy: Any = None) -> List[str]:
-    """A ``reduce`` (sum) of each gradient to its parameter's owner; returns those owned by ``rank``."""
-    _refuse_fused(strategy, "reduce")
+    """A ``reduce`` (sum) of each gradient to its parameter's owner; returns those owned by ``rank``.
+
+    With ``strategy.fuse_all_reduce_ops`` the gradients are fused first (``insert_fused_reduce_ops``),
+    unless ``fuse_grad_merge`` already fused them (the ``FusedMergedGrad_<grad>`` buffers, whose owner
+    is ``<grad>``'s)."""
+    fused = strategy is not None and strategy.fuse_all_reduce_ops
+    if fused and not strategy.fuse_grad_merge:
+        from .fuse_helper import insert_fused_reduce_ops
+        return insert_fused_reduce_ops(block, insert_idx, ring_id, reduce_vars, shard, op_role, use_calc_stream,
+                                       rank, strategy.fuse_grad_size_in_MB)
     mine = []
     for var in reduce_vars:
-        root = get_grad_device(var, shard)
+        root = get_grad_device(var.replace("FusedMergedGrad_", "") if fused else var, shard)
         if root < 0:
             raise PreconditionNotMet(f"sharding: gradient {var!r} has no owner (root id {root})")
         if rank is not None and rank == root:
@@ -211,8 +160,12 @@ def insert_reduce_ops(block: Any, insert_idx: int, ring_id: int, reduce_vars: Se
 def insert_broadcast_param_ops(block: Any, insert_idx: int, ring_id: int, params: Sequence[str], shard: Any,
                                op_role: int = OpRole.Optimize, use_calc_stream: bool = False,
                                rank: Optional[int] = None, strategy: Any = None) -> List[str]:
-    """A ``broadcast`` of each parameter from its owner; returns those owned by ``rank``."""
-    _refuse_fused(strategy, "parameter broadcast")
+    """A ``broadcast`` of each parameter from its owner; returns those owned by ``rank`` (fused with
+    ``strategy.fuse_all_reduce_ops``: ``insert_fused_broadcast_param_ops``)."""
+    if strategy is not None and strategy.fuse_all_reduce_ops:
+        from .fuse_helper import insert_fused_broadcast_param_ops
+        return insert_fused_broadcast_param_ops(block, insert_idx, ring_id, params, shard, op_role,
+                                                use_calc_stream, rank, strategy.fuse_grad_size_in_MB)
     mine = []
     for param in params:
         root = shard.device(param)
@@ -346,9 +299,8 @@ def append_naive_sync(block: Any, sync_var: Any, ring_id: int) -> None:
 
 
 __all__ = ["OP_ROLE_KEY", "OP_ROLE_VAR_KEY", "is_update_op", "is_loss_grad_op", "is_backward_op",
-           "is_optimizer_op", "get_valid_op_role", "insert_sync_calc_op", "insert_sync_comm_op",
-           "insert_sync_comm_ops", "insert_fill_constant_ops", "insert_cast_ops", "FuseHelper",
-           "insert_fused_allreduce_ops", "insert_allreduce_ops",
+           "is_optimizer_op", "rename_input", "get_valid_op_role", "insert_sync_calc_op", "insert_sync_comm_op",
+           "insert_sync_comm_ops", "insert_fill_constant_ops", "insert_cast_ops", "insert_allreduce_ops",
            "insert_reduce_ops", "insert_broadcast_param_ops", "insert_broadcast_ops", "get_grad_device",
            "get_first_check_finite_and_unscale_op_idx", "get_first_optimize_op_idx", "get_var_size",
            "insert_scale_loss_grad_ops", "comm_analyse", "add_sync_comm", "append_naive_sync"]
