@@ -37,6 +37,16 @@ def _is_fused(a):
     return ref is not None and ref() is a
 
 
+def write_into_fused(old, new):
+    """``refimpl.ops.collective_ops.write_into_fused`` for device arrays: copy ``new`` into ``old``, a view
+    of a device buffer ``coalesce_tensor`` made, when it fits; returns whether it copied."""
+    if (_is_fused(old) and new is not None and hasattr(new, "copy_to_device")
+            and tuple(new.shape) == tuple(old.shape) and new.dtype == old.dtype):
+        old.copy_to_device(new)
+        return True
+    return False
+
+
 def _nccl_ring(ring_id):
     """True when this rank's communicator for ``ring_id`` moves device buffers itself (NCCL)."""
     comm = comm_context.current().comms.get(ring_id)

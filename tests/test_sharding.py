@@ -334,11 +334,9 @@ def _minimize(configs, **fields):
     ({"sharding_degree": 2, "segment_broadcast_MB": 0}, {}, InvalidArgument, r"segment_broadcast_MB'\] = 0"),
     ({"sharding_degree": 1, "pp_degree": 2}, {"pipeline": True, "gradient_scale_configs": {"scale_strategy": "sum"}},
      InvalidArgument, r"scale_strategy'\] = 'sum' with sharding_configs\['pp_degree'\] = 2"),
-    ({"sharding_degree": 1, "pp_degree": 2, "optimize_cast": True}, {"pipeline": True}, Unimplemented,
-     r"optimize_cast'\] = True with pp_degree = 2"),
     ({"sharding_degree": 1, "pp_degree": 2}, {"pipeline": True, "amp": True,
-                                               "amp_configs": {"use_pure_fp16": True}}, Unimplemented,
-     r"amp_configs\['use_pure_fp16'\] = True with sharding_configs\['pp_degree'\] = 2"),
+                                               "amp_configs": {"use_pure_bf16": True}}, Unimplemented,
+     r"amp_configs\['use_pure_bf16'\] = True with sharding_configs\['pp_degree'\] = 2"),
     ({"sharding_degree": 1, "pp_degree": 2}, {}, InvalidArgument, r"pp_degree'\] = 2.*strategy.pipeline"),
     ({"sharding_degree": 2}, {"fuse_grad_merge": True}, Unimplemented, r"fuse_grad_merge"),
 ])

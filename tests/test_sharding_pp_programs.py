@@ -234,12 +234,16 @@ def _rank_train(configs, fields, feeds, init):
 
 PP2DP2 = dict(cases.DPOPT, _dp_as_optimizer_sharding=False)
 NO_FUSE = {"fuse_all_reduce_ops": False}
+#: the merge buffers fused too: the gradients and their @GRAD@MERGED sums are views of coalesce_tensor buffers
+FGM = dict(cases.FUSE, fuse_grad_merge=True)
 
 
 @pytest.mark.parametrize("configs, fields", [(PP2DP2, NO_FUSE), (cases.DPOPT, NO_FUSE), (cases.SH2PP2, NO_FUSE),
-                                             (MP2PP2, NO_FUSE), (PP2DP2, cases.FUSE), (cases.DPOPT, cases.FUSE)],
+                                             (MP2PP2, NO_FUSE), (PP2DP2, cases.FUSE), (cases.DPOPT, cases.FUSE),
+                                             (PP2DP2, FGM), (cases.DPOPT, FGM)],
                          ids=["pp2dp2", "dp_as_optimizer_sharding", "sh2pp2", "mp2pp2", "pp2dp2+fuse",
-                              "dp_as_optimizer_sharding+fuse"])
+                              "dp_as_optimizer_sharding+fuse", "pp2dp2+fuse_grad_merge",
+                              "dp_as_optimizer_sharding+fuse_grad_merge"])
 def test_sections_train_to_one_device_parameters(clean_env, configs, fields):
     """Each parameter, on every rank holding it, ends as one device training on the whole batch: the rings
     bound at minimize carry the programs' send / recv, reduce, broadcast and all_reduce."""

@@ -72,6 +72,17 @@ def collector_class(backend: str) -> type:
     return cuda_collector_class()
 
 
+def fused_writer(backend: str) -> Any:
+    """``write_into_fused(old, new) -> bool`` of ``backend``: keep a var's memory in a ``coalesce_tensor``
+    buffer when an op writes it (``refimpl.ops.collective_ops.write_into_fused``; the CUDA backend's
+    device-array twin)."""
+    if backend == "numpy":
+        from refimpl.ops.collective_ops import write_into_fused
+        return write_into_fused
+    from cuda_backend.ops_collective import write_into_fused as cuda_write_into_fused
+    return cuda_write_into_fused
+
+
 def to_device(array: Any, backend: str) -> Any:
     """A fed host array as the backend's tensor value (``refimpl.core.device.to_device``, backend loaded first)."""
     return _core_device.to_device(array, ensure(backend))

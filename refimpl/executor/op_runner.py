@@ -215,6 +215,21 @@ def guarded(run: Callable[[], None], fail: Callable[[Exception], None]) -> Calla
     return run_hook
 
 
+def keeping_fused_memory(run: Callable[[], None], tensors: Sequence[Any],
+                         write_back: Callable[[Any, Any], bool]) -> Callable[[], None]:
+    """``run``, after which each of ``tensors`` that held a view into a ``coalesce_tensor`` buffer gets its
+    new value copied into that view (``write_back``) and keeps the view, as Paddle's kernels write into
+    the memory a var already has: the fused buffer and its other views see every write."""
+    def run_in_fused_memory():
+        olds = [t._array for t in tensors]
+        run()
+        for t, old in zip(tensors, olds):
+            new = t._array
+            if new is not old and old is not None and new is not None and write_back(old, new):
+                t._array = old
+    return run_in_fused_memory
+
+
 def before(hook: Callable[[], None], run: Callable[[], None]) -> Callable[[], None]:
     def run_after_hook():
         hook()

@@ -33,7 +33,7 @@ from refimpl.ops import low_precision
 from refimpl.ops.registry import get_op_def
 
 from . import nan_inf, op_runner
-from .backend import collector_class, ensure
+from .backend import collector_class, ensure, fused_writer
 from .garbage_collector import Memory
 from .gc_plan import block_eager_deletion_vars, no_need_buffer_inputs
 from .nesting import Nesting, make_room_to_run, prepare_nested
@@ -111,6 +111,10 @@ class PreparedBlock:
         self.gc = (collector_class(self.backend)(self.memory, self.gc_threshold, self.keep_meta)
                    if plan is not None else None)
         hooks = prologue(self) if prologue is not None else {}
+        # the vars a coalesce_tensor of this block puts in a fused buffer keep their memory when a later
+        # op writes them (op_runner.keeping_fused_memory): Paddle's views of the buffer stay views
+        fused = {n for op in self.block.ops if op.type == "coalesce_tensor" for n in op.output_arg_names}
+        write_back = fused_writer(self.backend) if fused else None
         check_outputs = flags.flag("FLAGS_check_nan_inf")  # read here: when off, the run loop has no check
         self.steps: List[Step] = []
         for i, op in enumerate(self.block.ops):
@@ -119,6 +123,9 @@ class PreparedBlock:
             run = self._prepare_op(i, op)
             if check_outputs and nan_inf.is_checked(op):
                 run = nan_inf.checked(run, self, i, op)
+            if fused and op.type != "coalesce_tensor" and not fused.isdisjoint(op.output_arg_names):
+                run = op_runner.keeping_fused_memory(
+                    run, [self.tensor(n) for n in dict.fromkeys(op.output_arg_names) if n in fused], write_back)
             if i in hooks:
                 run = op_runner.before(hooks[i], run)
             release = self.gc.releaser(dead) if self.gc is not None else None

@@ -75,6 +75,20 @@ def _in_fused(a):
     return ref is not None and ref() is root
 
 
+def write_into_fused(old, new) -> bool:
+    """Copy ``new`` into ``old`` when ``old`` lies in a ``coalesce_tensor`` buffer and ``new`` fits it.
+
+    The executor calls this after an op wrote a var a ``coalesce_tensor`` made part of a fused buffer:
+    the var keeps its memory, as Paddle's kernels write into an allocation of the right size, so the
+    buffer and its other views see the value. Returns whether it copied.
+    """
+    if (isinstance(old, np.ndarray) and isinstance(new, np.ndarray) and old.shape == new.shape
+            and old.dtype == new.dtype and old.flags.writeable and _in_fused(old)):
+        np.copyto(old, new)
+        return True
+    return False
+
+
 def _prepare_comm(ctx, op):
     """Bind the backend's kernel to the op's variables; see the module docstring."""
     opdef = get_op_def(op.type)

@@ -133,7 +133,8 @@ class DistributedOptimizer:
         for opt in chain:
             opt._check_configs(loss)
         if not isinstance(chain[0] if chain else None, ParameterServerOptimizer):
-            missing = [n for n in _NOT_COVERED if getattr(s, n) is True]
+            covered = {n for opt in chain for n in getattr(opt, "covered_switches", tuple)()}
+            missing = [n for n in _NOT_COVERED if getattr(s, n) is True and n not in covered]
             missing += [f"hybrid_configs.{k}" for k in ("sep_degree", "cp_degree",
                                                         "ep_degree", "moe_sharding_degree")
                         if s.hybrid_configs[k] > 1]
