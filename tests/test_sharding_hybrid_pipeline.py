@@ -17,6 +17,7 @@ from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.framework import Program, unique_name
 
 from mpi_helpers import run_under_mpiexec
+from pipeline_helpers import stage_holds
 from test_sharding_hybrid import (MP, WIDTH, _batches, _opt, float64_default,  # noqa: F401 (a fixture)
                                   mpi_rank_main)
 
@@ -57,6 +58,11 @@ def _pp_layout(mp):
     return PP_LAYOUT if mp > 1 else {n: (n, None) for n in PP_FULL}
 
 
+def _stage_params(mp, stage):
+    """The parameters of pipeline stage ``stage`` (0: the first two layers, 1: the last two)."""
+    return sorted(list(_pp_layout(mp))[stage * 4:(stage + 1) * 4])
+
+
 def _pp_init():
     rng = np.random.default_rng(9)
     return {n: rng.standard_normal(s) * 0.4 for n, s in PP_FULL.items()}
@@ -95,7 +101,7 @@ def _pp_rank_run(world, mp, kind, batches):
     exe, scope = paddle.static.Executor(), paddle.static.global_scope()
     exe.run(startup)
     layout, init = _pp_layout(mp), _pp_init()
-    mine = [n for n in layout if main._pipeline_opt.has_var(n)]
+    mine = [n for n in layout if stage_holds(main, n)]
     for n in mine:
         full_name, axis = layout[n]
         full = init[full_name]
@@ -136,13 +142,15 @@ def test_sharding_pipeline_gives_one_device(float64_default, world, mp, kind):
     last = [o[0] for o in out if o[0][0] is not None]
     assert len(last) == world // 2   # the last stage's ranks
     np.testing.assert_allclose(np.mean(last, axis=0), ref_losses, rtol=1e-6)
-    # the two sharding ranks of a stage hold disjoint parts of its optimizer state, together all of it
+    # the two sharding ranks of a stage own disjoint parts of its parameters and their optimizer state,
+    # together all of it (Paddle's sharding prunes the others' from each rank's section program)
     suffixes = ("_velocity_0",) if kind == "momentum" else ("_moment1_0", "_moment2_0")
     for stage in range(2):
-        a, b = (out[(stage * 2 + k) * mp][2] for k in range(2))   # dp rank 0, mp rank 0, sharding ranks 0, 1
-        stage_params = sorted(n for n in out[stage * 2 * mp][1])
-        assert a and b and not set(a) & set(b), (a, b)
-        assert sorted(a + b) == sorted(p + sfx for p in stage_params for sfx in suffixes)
+        ranks = [(stage * 2 + k) * mp for k in range(2)]   # dp rank 0, mp rank 0, sharding ranks 0, 1
+        (a, b), (pa, pb) = ([out[r][2] for r in ranks]), ([set(out[r][1]) for r in ranks])
+        assert a and b and not set(a) & set(b) and not pa & pb, (a, b)
+        assert sorted(a + b) == sorted(p + sfx for p in pa | pb for sfx in suffixes)
+        assert sorted(pa | pb) == _stage_params(mp, stage)
 
 
 def _pp_build(world, mp, configs=None, pipeline=True):
@@ -161,19 +169,22 @@ def _pp_build(world, mp, configs=None, pipeline=True):
 
 
 def test_sharding_pipeline_startup_makes_the_replicas_alike(float64_default):
-    """tp 2 x sharding 2 x pp 2: each stage's parameters are broadcast over the sharding ring (and, but for
-    split's shards, the mp ring): different draws end equal on the replicas, the shards stay each mp rank's."""
+    """tp 2 x sharding 2 x pp 2: each rank holds the parameters it owns of its stage (Paddle's sharding prunes
+    the rest), the two sharding ranks of a stage together all of them; the parameters that are not split's
+    shards are broadcast over the mp ring: different draws end equal on the two mp ranks, the shards differ."""
     def rank_fn():
         main, startup = _pp_build(8, 2)
         paddle.seed(10 + context.current().rank)
         paddle.static.Executor().run(startup)
         scope = paddle.static.global_scope()
-        return {n: np.array(scope.find_var(n).get_tensor()) for n in PP_LAYOUT if main._pipeline_opt.has_var(n)}
+        return {n: np.array(scope.find_var(n).get_tensor()) for n in PP_LAYOUT if stage_holds(main, n)}
     got = run_in_process(8, rank_fn, timeout=120)
     for r in range(8):   # rank = (stage * 2 + sharding rank) * 2 + mp rank
-        assert sorted(got[r]) == sorted(n for n in PP_LAYOUT if (n.startswith("linear")) == (r < 4))
+        stage = r // 4
+        assert sorted(set(got[r]) | set(got[r ^ 2])) == _stage_params(2, stage), r
+        assert not set(got[r]) & set(got[r ^ 2]), r
+        assert sorted(got[r]) == sorted(got[r ^ 1]), r   # both mp ranks own the same names
         for n, v in got[r].items():
-            np.testing.assert_array_equal(v, got[r ^ 2][n], err_msg=f"{n}: rank {r} and its sharding peer")
             split_shard = PP_LAYOUT[n][1] is not None and not n.endswith(".b_0")
             assert np.array_equal(v, got[r ^ 1][n]) != split_shard, (n, r)
 

@@ -68,7 +68,7 @@ from ..utils.log_util import logger
 from . import program_rings
 from .collective_helper import init_communicator
 from .meta_optimizer_base import MetaOptimizerBase, ParamsGrads
-from .sharding.config_checks import check_model_parallel_ops, check_pipeline_configs
+from .sharding.config_checks import check_every_param_clipped, check_model_parallel_ops, check_pipeline_configs
 from .sharding.fp16_helper import FP16Utils
 from .sharding.fuse_helper import fuse_opt_broadcast_param_ops
 from .sharding.gradient_clip_helper import GradientClipHelper
@@ -185,6 +185,9 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, PipelineS
             check_pipeline_configs(c, degrees["pp_degree"], self.user_defined_strategy,
                                    self.user_defined_optimizer)
         check_model_parallel_ops(loss, degrees["mp_degree"])
+        if degrees["sharding_degree"] > 1 or (degrees["pp_degree"] > 1 and degrees["dp_degree"] > 1
+                                              and c["_dp_as_optimizer_sharding"]):
+            check_every_param_clipped(loss, self.user_defined_optimizer)
         if degrees["dp_degree"] > 1 and degrees["sharding_degree"] <= 1 and degrees["pp_degree"] <= 1:
             raise InvalidArgument(f"sharding_configs: dp_degree = {degrees['dp_degree']} with sharding_degree = 1; "
                                   "hybrid dp needs sharding_degree > 1 or pp_degree > 1 (Paddle's sharding_hybrid_dp / "

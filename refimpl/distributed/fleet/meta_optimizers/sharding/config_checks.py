@@ -13,12 +13,16 @@ message on every rank (they read only the program and the strategy):
 * :func:`check_pipeline_configs`: with ``pp_degree > 1`` Paddle's assert on
   the gradient scale strategy ('avg'), and Unimplemented for pure bf16 AMP,
   whose section programs refimpl has not checked against Paddle's.
+* :func:`check_every_param_clipped`: with a global-norm clip and sharded
+  optimizer state, a parameter the clip leaves out (``need_clip=False``)
+  fails Paddle's assert in ``prune_gradient_clip`` on the rank owning it
+  (the others go on and wait for it); refimpl refuses on every rank.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from refimpl.core.errors import InvalidArgument, Unimplemented
+from refimpl.core.errors import InvalidArgument, PreconditionNotMet, Unimplemented
 from refimpl.ops.model_parallel_ops import RING_OPS
 
 from .rings import MP_RING_ID
@@ -58,3 +62,16 @@ def check_pipeline_configs(configs: Any, pp: int, strategy: Any, optimizer: Any)
 
 
 __all__ = ["check_model_parallel_ops", "check_pipeline_configs"]
+
+
+def check_every_param_clipped(loss: Any, optimizer: Any) -> None:
+    """PreconditionNotMet naming the trainable parameters a ``ClipGradByGlobalNorm`` leaves out."""
+    from refimpl.nn.clip import ClipGradByGlobalNorm
+    if not isinstance(getattr(optimizer, "_grad_clip", None), ClipGradByGlobalNorm):
+        return
+    left_out = sorted(p.name for p in loss.block.program.all_parameters()
+                      if p.trainable and not p.stop_gradient and getattr(p, "need_clip", True) is False)
+    if left_out:
+        raise PreconditionNotMet(
+            f"gradient clip under sharding: the parameters {left_out} are not clipped (need_clip=False); Paddle "
+            "3.3.1's prune_gradient_clip asserts on the ranks owning them: clip every parameter, or none")

@@ -54,6 +54,7 @@ class GradientClipHelper:
         feed); kept: ``sum``, ``sqrt``, ``elementwise_max``, ``elementwise_div``.
         """
         deprecated_vars, deprecate_op_idx, own_params, sum_idx = self._foreign_clip_ops(block, shard)
+        self._check_every_param_clipped(block, shard)
         # Paddle's note: a rank with nothing to drop and no sum has no clip at all; returning
         # early on a rank that does hold the sum would leave the others' all_reduce unmatched
         if not deprecated_vars and sum_idx == -1:
@@ -77,6 +78,21 @@ class GradientClipHelper:
                 f"{sorted(should_have - own_params)} and got unexpected {sorted(own_params - should_have)}")
         for name in deprecated_vars:
             block._remove_var(name)
+
+    def _check_every_param_clipped(self, block: Any, shard: Any) -> None:
+        """A parameter the clip leaves out (``need_clip=False``) fails Paddle's final assert on the rank
+        owning it (the others go on, and would wait for it); refimpl refuses on every rank alike."""
+        clipped = {strip_grad_suffix(n) for op in block.ops if self._is_gradient_clip_op(op) and op.type != "sum"
+                   for n in op.input_arg_names}
+        if not clipped:
+            return
+        left_out = sorted(p for p in shard.global_params if p not in clipped)
+        if left_out:
+            owners = sorted({shard.global_param2device[p] for p in left_out})
+            raise PreconditionNotMet(
+                f"gradient clip under sharding: the parameters {left_out} are not clipped (need_clip=False); "
+                f"Paddle 3.3.1's prune_gradient_clip asserts on their owners (sharding rank(s) {owners}): "
+                "clip every parameter, or none")
 
     def _foreign_clip_ops(self, block: Any, shard: Any) -> tuple:
         """(vars only foreign grads feed, indices of their ops, own params seen, last sum index)."""
