@@ -18,10 +18,12 @@ from refimpl.framework import Program, unique_name
 import test_tensor_pipeline as TTP
 from test_sharding_hybrid import _batches, float64_default  # noqa: F401 (a fixture)
 from test_sharding_hybrid_pipeline import _pp_net
+from pipeline_helpers import stage_of
 
 #: the Adam accumulators of a parameter (Paddle's names) and its gradient-merge buffer
 ADAM_STATE = ("_moment1_0", "_moment2_0", "_beta1_pow_acc_0", "_beta2_pow_acc_0")
-MERGE = "@GRAD@MERGE"
+MERGE = "@GRAD@MERGE"     # refimpl's pipeline Plan's merge buffers
+MERGED = "@GRAD@MERGED"   # Paddle's legacy pipeline's (sharding x pp)
 #: _pp_net(split=False): stage 0 is device_guard("gpu:0")'s two fc layers, stage 1 the other two
 SH_STAGES = ({"fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.b_0"}, {"fc_2.w_0", "fc_2.b_0", "fc_3.w_0", "fc_3.b_0"})
 TP_STAGES = (set(TTP.STAGE0), set(TTP.LAYOUT) - set(TTP.STAGE0))
@@ -38,9 +40,9 @@ def _held(scope):
     return {n for n in scope.local_var_names() if scope.find_var(n).get_tensor()._is_initialized()}
 
 
-def _derived(params):
+def _derived(params, merge=MERGE):
     """Every persistable a parameter brings: itself, its merge buffer, its Adam state."""
-    return {p + s for p in params for s in ("", MERGE) + ADAM_STATE}
+    return {p + s for p in params for s in ("", merge) + ADAM_STATE}
 
 
 def _tp_rank():
@@ -57,7 +59,7 @@ def _sh_rank():
     from refimpl.distributed import fleet
     s = DistributedStrategy()
     s.pipeline, s.sharding = True, True
-    s.pipeline_configs = {"accumulate_steps": 2}
+    s.pipeline_configs = {"accumulate_steps": 2, "micro_batch_size": 2}   # the 4 rows fed
     s.sharding_configs = {"sharding_degree": 2, "pp_degree": 2}
     main, startup = Program(), Program()
     with paddle.static.program_guard(main, startup), unique_name.guard():
@@ -68,7 +70,7 @@ def _sh_rank():
     exe.run(startup, scope=scope)
     x, y = _batches(steps=1, rows=4)[0]
     exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
-    return main._pipeline_opt.stage, _held(scope), startup, exe.memory_stats()["live_by_category"]
+    return stage_of(main), _held(scope), startup, exe.memory_stats()["live_by_category"]
 
 
 def test_tp_pipeline_rank_holds_only_its_stage(float64_default):
@@ -83,21 +85,24 @@ def test_tp_pipeline_rank_holds_only_its_stage(float64_default):
 
 
 def test_sharding_pipeline_rank_holds_only_its_stage_and_shard(float64_default):
-    """sharding 2 x pp 2, Adam: no tensor of the other stage; the two ranks of a stage hold the stage's
-    parameters each and split its Adam state between them (ZeRO-1), as memory_stats counts."""
+    """sharding 2 x pp 2, Adam (Paddle's section programs): no tensor of the other stage; the two ranks of a
+    stage own disjoint halves of the stage's parameters, with their merge buffers and Adam state, together
+    all of it, as memory_stats counts."""
     results = run_in_process(4, _sh_rank, timeout=300)
-    states = {0: [], 1: []}
+    owned = {0: [], 1: []}
     for stage, held, startup, live in results:
         own, other = SH_STAGES[stage], SH_STAGES[1 - stage]
-        assert not held & _derived(other), stage
-        assert own <= held and {p + MERGE for p in own} <= held
+        assert not held & _derived(other, MERGED), stage
+        mine = held & own
         state = held & {p + s for p in own for s in ADAM_STATE}
-        assert held <= _derived(own) | {"learning_rate_0"}
-        assert live["parameters"] == _nbytes(startup, own)
+        assert mine and {p + MERGED for p in mine} <= held, stage
+        assert state == {p + s for p in mine for s in ADAM_STATE}, stage
+        assert held & _derived(own, MERGED) == _derived(mine, MERGED), stage
+        assert live["parameters"] == _nbytes(startup, mine)
         assert live["optimizer_state"] == _nbytes(startup, state) > 0
-        states[stage].append(state)
-    for stage, (a, b) in states.items():
-        assert not a & b and a | b == {p + s for p in SH_STAGES[stage] for s in ADAM_STATE}, stage
+        owned[stage].append(mine)
+    for stage, (a, b) in owned.items():
+        assert not a & b and a | b == SH_STAGES[stage], stage
 
 
 def test_dropped_names_are_what_only_other_stages_use(float64_default):

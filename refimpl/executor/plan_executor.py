@@ -85,7 +85,7 @@ class PlanExecutor:
             for name, arr in micro.items():
                 scopes[m].var(name).get_tensor()._array = to_device(arr, self.place.backend)
         blocks = [self._prepared(plan, job, scopes, scope, fetch_names) for job in plan.job_list()]
-        self.memory.reset(*_live_bytes(scope, scopes, self.memory.tracked))
+        self.memory.reset(*scope_bytes(scope, scopes, self.memory.tracked))
         for job, block in zip(plan.job_list(), blocks):
             if trace is not None:
                 trace.add("job", op_type=job.type(), rank=self.rank, job=job.micro_batch_id(), extra="begin")
@@ -132,7 +132,7 @@ def _checked_feed(plan, feed):
     return out
 
 
-def _live_bytes(scope, scopes, tracked):
+def scope_bytes(scope, scopes, tracked):
     """(total bytes, bytes per counted memory category) held in the scopes."""
     seen, total, by_cat = set(), 0, [0] * TRACKED
     for s in [scope] + list(scopes):

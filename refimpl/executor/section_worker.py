@@ -20,7 +20,7 @@ from refimpl.core.place import Place
 from refimpl.core.scope import Scope
 from refimpl.executor.backend import default_place
 from refimpl.executor.garbage_collector import Memory, gc_threshold_bytes
-from refimpl.executor.plan_executor import fetch_stacked, split_feed
+from refimpl.executor.plan_executor import fetch_stacked, scope_bytes, split_feed
 from refimpl.executor.prepared import PreparedBlock
 from refimpl.executor.trace import Trace
 from refimpl.framework.op_role import OpRole, is_forward
@@ -99,6 +99,7 @@ class SectionWorker:
             for name, arr in part.items():
                 micro[m].var(name).get_tensor()._array = arr
         self.trace, self._b = trace, blocks
+        self.memory.reset(*scope_bytes(scope, micro, self.memory.tracked))  # what this run starts with
         (self._run_fthenb if self.schedule_mode == FTHENB else self._run_1f1b)()
         for b in blocks:
             b.flush()

@@ -14,7 +14,8 @@ variable:
   shared state (its own merge buffers, counters) that only its ranks have;
 * every other rank saves only its trainable parameters, optimizer state (names ending
   ``_moment1_0``, ``_moment2_0``, ``_beta1_pow_acc_0``, ``_beta2_pow_acc_0``, ``_velocity_0``,
-  ``_ema_0``, ``@offload_0``, ``.cast_fp16``) and gradient-merge buffers (``@GradientMerge``);
+  ``_ema_0``, ``@offload_0``, ``.cast_fp16``) and gradient-merge buffers (``@GradientMerge``, and the
+  pipeline's ``@GRAD@MERGED``, refimpl's addition: see ``GRADIENT_MERGE_SUFFIXES``);
 
 and each rank loads back the persistables of its own program (``load_persistables``) — the files
 its owner wrote and the shared ones rank 0 wrote. A pipeline program is read through its
@@ -40,7 +41,10 @@ __all__ = ["save_persistables", "load_persistables", "is_persistable", "sharding
 #: Paddle's list: the optimizer accumulators and offload / optimize_cast copies a rank owns
 OPT_VAR_SUFFIXES = ("_moment1_0", "_moment2_0", "_beta1_pow_acc_0", "_beta2_pow_acc_0", "_velocity_0",
                     "_ema_0", "@offload_0", ".cast_fp16")
-GRADIENT_MERGE_SUFFIX = "@GradientMerge"
+#: gradient-merge buffers: sharding's own, and (refimpl's addition) the legacy pipeline's ``@GRAD@MERGED``,
+#: which under sharding x pp only the parameter's owner has -- Paddle's predicate leaves them out, so
+#: its ``load_persistables`` finds no file for the owners that are not the stage's first rank
+GRADIENT_MERGE_SUFFIXES = ("@GradientMerge", "@GRAD@MERGED")
 
 
 def trainer_id() -> int:
@@ -67,7 +71,7 @@ def _is_trainable(var: Any) -> bool:
 
 def sharding_predicate(var: Any) -> bool:
     """What a rank other than 0 saves: its parameters, optimizer state and gradient-merge buffers."""
-    return _is_trainable(var) or _is_opt_var(var) or var.name.endswith(GRADIENT_MERGE_SUFFIX)
+    return _is_trainable(var) or _is_opt_var(var) or var.name.endswith(GRADIENT_MERGE_SUFFIXES)
 
 
 def _section(main_program: Any) -> Any:
