@@ -266,7 +266,7 @@ def describe(opts):
     return "+".join(parts) or "data parallel"
 
 
-def make_batches(model, nranks, steps, rows_per_rank=4, seed=0):
+def make_batches(model, nranks, steps, rows_per_rank=gpt_parallel.SLICE_ROWS, seed=0):
     """``steps`` global batches of ``rows_per_rank`` rows per rank."""
     rng = np.random.default_rng(seed)
     _, feed, _ = _probe(model)

@@ -178,7 +178,10 @@ def gpt_loss(cfg: Mapping[str, int], mp: int, checkpoints: list, pp: int = 1, ma
     else:
         model = ParallelGPT(vocab, seq, cfg["dim"], cfg["heads"], layers, mp, untied=pp > 1)
     with _stage_guard(0, marked):
-        h = model.tok(ids) + model.pos(paddle.arange(seq, dtype="int64"))
+        # pipelined, the positions are a constant of stage 0: Paddle's legacy pipeline (sharding x pp)
+        # refuses the ``cpu`` fill_constants ``paddle.arange`` writes (only gpu devices in its stages)
+        positions = paddle.assign(np.arange(seq, dtype="int64")) if pp > 1 else paddle.arange(seq, dtype="int64")
+        h = model.tok(ids) + model.pos(positions)
     for i, block in enumerate(model.blocks):
         with _stage_guard(block_stage(i, layers, pp), marked):
             h = block(h)
@@ -232,6 +235,7 @@ def degree(opts: Mapping, name: str) -> int:
 
 AXES = ("tp", "sharding", "pp", "dp")
 PP_MICRO_BATCHES = 2  # pipeline_configs['accumulate_steps'] under --pp: each rank's slice in 2 micro-batches
+SLICE_ROWS = 4  # the rows of one data slice in the examples' batches (fleet_strategies.make_batches)
 #: the strategy switches a pipelined chain keeps: PipelineOptimizer's / ShardingOptimizer's white lists
 #: (recompute, AMP; sharding also LARS and LAMB), as fleet's compiler (Paddle 3.3.1's) chains them
 PIPELINE_CHAINS = {"PipelineOptimizer": ("recompute", "amp"),
@@ -279,12 +283,15 @@ def set_degrees(strategy, opts: Mapping) -> None:
     """Turn on ``strategy``'s sharding (``sharding_configs``: ``sharding_degree``, ``mp_degree``,
     ``pp_degree``, ``dp_degree``: Paddle's hybrid sharding, whose ``mp_degree`` also lays out the model ring)
     or, without sharding, its ``tensor_parallel`` (the replicas' data-parallel ring then comes from the world
-    size); with ``--pp`` also ``pipeline`` (``accumulate_steps`` :data:`PP_MICRO_BATCHES`, 1F1B) and, without
+    size); with ``--pp`` also ``pipeline`` (``accumulate_steps`` :data:`PP_MICRO_BATCHES`, 1F1B, micro-batches
+    of :data:`SLICE_ROWS` / :data:`PP_MICRO_BATCHES` rows) and, without
     sharding, ``hybrid_configs`` (``dp_degree`` x ``pp_degree`` x ``mp_degree``: fleet's hybrid group)."""
     tp, sharding, pp, dp = (degree(opts, k) for k in ("tp", "sharding", "pp", "dp"))
     if pp > 1:
         strategy.pipeline = True
-        strategy.pipeline_configs = {"accumulate_steps": PP_MICRO_BATCHES, "schedule_mode": "1F1B"}
+        # micro_batch_size: Paddle's legacy pipeline (sharding x pp) sizes its receive buffers from it
+        strategy.pipeline_configs = {"accumulate_steps": PP_MICRO_BATCHES, "schedule_mode": "1F1B",
+                                     "micro_batch_size": SLICE_ROWS // PP_MICRO_BATCHES}
     if sharding > 1:
         strategy.sharding = True
         strategy.sharding_configs = {"sharding_degree": sharding, "mp_degree": tp, "pp_degree": pp, "dp_degree": dp}

@@ -267,13 +267,15 @@ def test_pipeline_stages_give_one_device(opts, nranks, applied):
     assert all(r["applied"] == applied for r in ranks)
     tp, sharding = fs.degree(opts, "tp"), fs.degree(opts, "sharding")
     assert base["params"] == 4 * (_stage_floats(fs.GPT, 0) + _stage_floats(fs.GPT, 1))
-    for r, s in zip(ranks, stages):   # ZeRO-1 under sharding: a stage's parameters whole on its ranks
-        assert r["params"] == 4 * _stage_floats(fs.GPT, s, tp), (r["params"], s)
+    if sharding == 1:
+        for r, s in zip(ranks, stages):   # a stage's parameters (its tp shards) whole on its ranks
+            assert r["params"] == 4 * _stage_floats(fs.GPT, s, tp), (r["params"], s)
     for first in range(0, nranks, tp * sharding):   # a stage's sharding group: the ranks tp apart
-        for m in range(tp):
+        for m in range(tp):   # Paddle's sharding: each holds the parameters it owns, and their velocities
             group = [ranks[first + m + tp * k] for k in range(sharding)]
             want = 4 * _stage_floats(fs.GPT, stages[first], tp)   # one Momentum velocity per value
-            assert sum(r["opt"] for r in group) == want and all(0 < r["opt"] <= want for r in group)
+            for key in ("params", "opt"):
+                assert sum(r[key] for r in group) == want and all(0 < r[key] <= want for r in group), key
 
 
 def test_pipeline_stages_hold_what_device_guard_names():
@@ -307,7 +309,7 @@ def test_command_line_tp_pp_sharding_recompute_on_eight_ranks_through_launch():
         [sys.executable, "-m", "refimpl.distributed.launch", "--nproc_per_node", "8", "--in-process",
          "examples/fleet_strategies.py", "--tp", "2", "--pp", "2", "--sharding", "2", "--recompute", "--steps", "2"])
     assert abs(diff) <= TOL and applied == "'ShardingOptimizer', 'RecomputeOptimizer'" and len(params) == 8
-    assert 0.2 < p_ratio < 0.3 and o_ratio < 0.25
+    assert 0.1 < p_ratio < 0.25 and o_ratio < 0.25   # parameters too: each sharding rank holds the ones it owns
 
 
 def test_command_line_sharding_with_gradient_merge_says_sharding_was_dropped():
