@@ -34,15 +34,6 @@ def _tp_rank_fn(tp, hybrid_mp):
     return None, len(startup.global_block().ops)
 
 
-@pytest.fixture
-def float64_default():
-    """paddle.set_default_dtype('float64') for the test (split's parameters), the old default after."""
-    before = refimpl.get_default_dtype()
-    refimpl.set_default_dtype("float64")
-    yield
-    refimpl.set_default_dtype(before)
-
-
 def test_tensor_parallel_degree_other_than_hybrid_mp_degree_is_refused(float64_default):
     out = run_in_process(4, _tp_rank_fn, 2, 4, timeout=60)
     msgs = {m for m, _ in out}

@@ -16,7 +16,7 @@ from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.framework import Program, unique_name
 
 import test_tensor_pipeline as TTP
-from test_sharding_hybrid import _batches, float64_default  # noqa: F401 (a fixture)
+from test_sharding_hybrid import _batches
 from test_sharding_hybrid_pipeline import _pp_net
 from pipeline_helpers import stage_of
 

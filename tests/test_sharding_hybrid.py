@@ -44,16 +44,6 @@ FULL = {"fc_0.w_0": (WIDTH, 16), "fc_0.b_0": (16,), "fc_1.w_0": (16, WIDTH), "fc
 RECOMPUTE = {"recompute": True, "recompute_configs": {"checkpoints": ["relu_0.tmp_0", "relu_1.tmp_0"]}}
 
 
-@pytest.fixture
-def float64_default():
-    """paddle.set_default_dtype('float64') for the test (split's parameters, as Paddle's
-    tests/test_tensor_parallel.py does), the old default after."""
-    before = refimpl.get_default_dtype()
-    refimpl.set_default_dtype("float64")
-    yield
-    refimpl.set_default_dtype(before)
-
-
 def _split_net(dtype, degree=MP):
     """x -> column-parallel (8, 16) -> relu -> row-parallel (16, 8) -> relu -> column-parallel (8, 6),
     gathered -> fc 2 softmax -> cross entropy -> mean."""

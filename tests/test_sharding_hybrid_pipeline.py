@@ -18,7 +18,7 @@ from refimpl.framework import Program, unique_name
 
 from mpi_helpers import run_under_mpiexec
 from pipeline_helpers import stage_holds
-from test_sharding_hybrid import (MP, WIDTH, _batches, _opt, float64_default,  # noqa: F401 (a fixture)
+from test_sharding_hybrid import (MP, WIDTH, _batches, _opt,
                                   mpi_rank_main)
 
 

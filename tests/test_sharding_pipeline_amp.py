@@ -216,15 +216,6 @@ def _check(world, mp, got, ref, amp, **tol):
         assert all("loss_scaling_0" in v for v in got)
 
 
-@pytest.fixture
-def float64_default():
-    """paddle.set_default_dtype('float64') for the test (split's parameters), the old default after."""
-    before = refimpl.get_default_dtype()
-    refimpl.set_default_dtype("float64")
-    yield
-    refimpl.set_default_dtype(before)
-
-
 # ---- (a) ClipGradByGlobalNorm, float64 -------------------------------------------------------------------------
 @pytest.mark.parametrize("world, mp, kind", [(4, 1, "momentum"), (8, 1, "adam"), (8, 2, "momentum"),
                                              (8, 2, "adam")],

@@ -9,7 +9,6 @@ one of them — and a second step from the loaded state gives the same values, b
 step of the run that saved.
 """
 import numpy as np
-import pytest
 
 import refimpl
 import refimpl as paddle
@@ -18,15 +17,6 @@ from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.framework import Program, unique_name
 
 WIDTH = 8
-
-
-@pytest.fixture
-def float64_default():
-    """paddle.set_default_dtype('float64') for the test, the old default after."""
-    before = refimpl.get_default_dtype()
-    refimpl.set_default_dtype("float64")
-    yield
-    refimpl.set_default_dtype(before)
 
 
 def _net():

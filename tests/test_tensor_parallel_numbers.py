@@ -130,15 +130,6 @@ def _gathered(kind, trained):
             for n, (role, axis) in LAYOUT[kind].items()}
 
 
-@pytest.fixture
-def float64_default():
-    """paddle.set_default_dtype('float64') for the test (the mp layers' parameters), the old default after."""
-    before = refimpl.get_default_dtype()
-    refimpl.set_default_dtype("float64")
-    yield
-    refimpl.set_default_dtype(before)
-
-
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("kind, opt", [("split", "sgd"), ("mp", "sgd"), ("mp", "adam"), ("split", "adam")])
 def test_tp_and_tp_dp_give_one_device(float64_default, kind, opt, world):

@@ -133,15 +133,6 @@ def _train_rank(opt, dp, batches, schedule="1F1B", m=2, extra=(), dtype="float64
     return info, start, {n: np.array(scope.find_var(n).get_tensor()) for n in owned}, pows, losses, opt_ops, half
 
 
-@pytest.fixture
-def float64_default():
-    """paddle.set_default_dtype('float64') for the test (the mp layers' parameters), the old default after."""
-    before = refimpl.get_default_dtype()
-    refimpl.set_default_dtype("float64")
-    yield
-    refimpl.set_default_dtype(before)
-
-
 def _gathered(out):
     """Whole parameters from the dp-rank-0 ranks' shards: each name from the two mp ranks of its stage."""
     got = {}

@@ -23,7 +23,6 @@ does without it (an AttributeError naming ``_param_device_map``).
 The recorder patches what ``sharding_pp_cases.py`` patches (Paddle's CPU wheel building what its GPU
 build builds: the device kind "gpu", the AMP lists, the legacy clip ops).
 """
-import json
 import os
 import sys
 
@@ -158,21 +157,7 @@ def main():
             continue
         out[case] = record(main_, startup, ret, acc)
         print(case, "ok", len(out[case]["main0"]))
-    with open(os.path.join(HERE, "programs.json"), "w") as f:
-        f.write("{\n")
-        for i, case in enumerate(out):
-            f.write(f"{json.dumps(case)}: {{\n")
-            keys = sorted(out[case])
-            for j, key in enumerate(keys):
-                value = out[case][key]
-                if key.startswith(("main", "startup")) and key != "startup_vars":
-                    body = ",\n  ".join(json.dumps(op) for op in value)
-                    f.write(f" {json.dumps(key)}: [\n  {body}]")
-                else:
-                    f.write(f" {json.dumps(key)}: {json.dumps(value)}")
-                f.write(",\n" if j < len(keys) - 1 else "\n")
-            f.write("},\n" if i < len(out) - 1 else "}\n")
-        f.write("}\n")
+    sc.write_programs(out, os.path.join(HERE, "programs.json"))
 
 
 if __name__ == "__main__":

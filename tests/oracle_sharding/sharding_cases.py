@@ -229,7 +229,12 @@ def main():
         rec = record(*build(paddle, case))
         _rename_markers(rec["startup"], comms)
         out[case] = rec
-    with open(os.path.join(here, "programs.json"), "w") as f:  # one op (or var list) per line
+    write_programs(out, os.path.join(here, "programs.json"))
+
+
+def write_programs(out, path):
+    """``out`` ({case: record}) as JSON, one op (or var list) per line (the other recorders use it too)."""
+    with open(path, "w") as f:
         f.write("{\n")
         for i, case in enumerate(out):
             f.write(f"{json.dumps(case)}: {{\n")

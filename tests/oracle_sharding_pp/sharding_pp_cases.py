@@ -17,7 +17,6 @@ building what its GPU build builds; the ring bring-up ops it writes get the comm
 ``PipelineOptimizer`` (``paddle/incubate/optimizer/pipeline.py``) asks ``core.is_compiled_with_cuda()``
 for its device kind (``"gpu"``) and its places; the recorder answers True there (a CPU place stands in).
 """
-import json
 import os
 import sys
 import tempfile
@@ -197,21 +196,7 @@ def main():
         sc._rename_markers(rec["startup"], comms)
         _common_attrs(rec["startup"])
         out[case] = rec
-    with open(os.path.join(HERE, "programs.json"), "w") as f:
-        f.write("{\n")
-        for i, case in enumerate(out):
-            f.write(f"{json.dumps(case)}: {{\n")
-            keys = sorted(out[case])
-            for j, key in enumerate(keys):
-                value = out[case][key]
-                if key.startswith(("main", "startup")) and key != "startup_vars":
-                    body = ",\n  ".join(json.dumps(op) for op in value)
-                    f.write(f" {json.dumps(key)}: [\n  {body}]")
-                else:
-                    f.write(f" {json.dumps(key)}: {json.dumps(value)}")
-                f.write(",\n" if j < len(keys) - 1 else "\n")
-            f.write("},\n" if i < len(out) - 1 else "}\n")
-        f.write("}\n")
+    sc.write_programs(out, os.path.join(HERE, "programs.json"))
 
 
 if __name__ == "__main__":
