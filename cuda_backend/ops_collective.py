@@ -38,13 +38,25 @@ def _is_fused(a):
 
 
 def write_into_fused(old, new):
-    """``refimpl.ops.collective_ops.write_into_fused`` for device arrays: copy ``new`` into ``old``, a view
-    of a device buffer ``coalesce_tensor`` made, when it fits; returns whether it copied."""
-    if (_is_fused(old) and new is not None and hasattr(new, "copy_to_device")
-            and tuple(new.shape) == tuple(old.shape) and new.dtype == old.dtype):
-        old.copy_to_device(new)
-        return True
-    return False
+    """``refimpl.ops.fused_buffers.write_into_fused`` for device arrays: copy ``new`` into ``old``, a view
+    of a device buffer ``coalesce_tensor`` made; returns whether it did (PreconditionNotMet if it cannot fit)."""
+    if not (_is_fused(old) and new is not None and hasattr(new, "copy_to_device")):
+        return False
+    if tuple(new.shape) != tuple(old.shape) or new.dtype != old.dtype:
+        raise PreconditionNotMet(f"a value of shape {list(new.shape)} {new.dtype} does not fit its place in the "
+                                 f"coalesce_tensor buffer ({list(old.shape)} {old.dtype})")
+    old.copy_to_device(new)
+    return True
+
+
+def outside_fused(a):
+    """``refimpl.ops.fused_buffers.outside_fused`` for device arrays: a copy of a registered view of a fused
+    device buffer. (A view a kernel derives from one is not registered, so it is not seen here.)"""
+    if _is_fused(a):
+        out = cuda.device_array(a.shape, dtype=a.dtype)
+        out.copy_to_device(a)
+        return out
+    return a
 
 
 def _nccl_ring(ring_id):

@@ -7,7 +7,10 @@
 2. The section programs of both stages, run by refimpl's SectionWorker on two in-process ranks (one
    program per rank, the pair rings bound to both), train a float64 net to the parameters of a
    one-device run on the whole batch (F-then-B and 1F1B).
-3. Bad input is refused with typed errors that name the problem.
+   The same holds for refimpl's ``device_guard("stage:k")`` spelling and for a RecomputeOptimizer
+   wrapping the Momentum (recompute changes no number).
+3. The ``stage:k`` spelling builds the programs, pairs and ring map of the ``gpu:k`` spelling.
+4. Bad input is refused with typed errors that name the problem.
 """
 import json
 import os
@@ -22,6 +25,7 @@ from refimpl.distributed.communication import context, run_in_process
 from refimpl.executor.section_worker import SectionWorker
 from refimpl.incubate.optimizer import PipelineOptimizer
 from refimpl.incubate.optimizer.pipeline import PipelineBuildError
+from refimpl.incubate.optimizer.recompute import RecomputeOptimizer
 from refimpl.static.amp import fp16_lists
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -82,11 +86,15 @@ def test_a_decorated_optimizer_without_inner_opt_is_refused_as_paddle_fails(gpu_
 M, MB = 4, 2  # micro-batches, micro-batch size
 
 
-def _net():
-    with paddle.static.device_guard("gpu:0"):
+def _net(spell="gpu", hidden=None):
+    """Two fc layers on two stages; ``hidden`` (a list) receives the stage-0 output (a checkpoint)."""
+    with paddle.static.device_guard(f"{spell}:0"):
         x = paddle.static.data(name="x", shape=[-1, 4], dtype="float64")
         h = paddle.static.nn.fc(x=x, size=8, activation="tanh")
-    with paddle.static.device_guard("gpu:1"):
+        h = paddle.static.nn.fc(x=h, size=8, activation="tanh")
+    if hidden is not None:
+        hidden.append(h)
+    with paddle.static.device_guard(f"{spell}:1"):
         h = paddle.static.nn.fc(x=h, size=3, activation="tanh")
         return paddle.mean(h)
 
@@ -106,14 +114,19 @@ def _one_device(feeds, init):
     return {n: np.array(scope.find_var(n).get_tensor()) for n in init}
 
 
-def _stage(rank, mode):
+def _stage(rank, mode, spell="gpu", recompute=False, num_microbatches=M):
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
-        loss = _net()
+        hidden = []
+        loss = _net(spell, hidden)
         main._pipeline_opt = {"schedule_mode": mode, "micro_batch_size": MB, "local_rank": rank, "global_rank": rank,
                               "use_sharding": False, "ring_id": 20, "global_ring_id": 3, "mp_degree": 1,
                               "mp_rank": 0}
-        ret = PipelineOptimizer(paddle.optimizer.Momentum(learning_rate=0.1, momentum=0.9), M).minimize(loss)
+        opt = paddle.optimizer.Momentum(learning_rate=0.1, momentum=0.9)
+        if recompute:
+            opt = RecomputeOptimizer(opt)
+            opt._set_checkpoints(hidden)
+        ret = PipelineOptimizer(opt, num_microbatches).minimize(loss)
     return main._pipeline_opt, startup._pipeline_opt["startup_program"], ret[3], ret[4]
 
 
@@ -125,13 +138,15 @@ def _init_params():
     return {p.name: rng.standard_normal(p.shape) * 0.5 for p in main.global_block().all_parameters()}
 
 
-@pytest.mark.parametrize("mode", ["F-then-B", "1F1B"])
-def test_two_stages_under_section_worker_train_to_one_device_parameters(mode):
+@pytest.mark.parametrize("mode,spell,recompute", [("F-then-B", "gpu", False), ("1F1B", "gpu", False),
+                                                   ("1F1B", "stage", False), ("F-then-B", "gpu", True),
+                                                   ("1F1B", "stage", True)])
+def test_two_stages_under_section_worker_train_to_one_device_parameters(mode, spell, recompute):
     rng = np.random.default_rng(0)
     feeds = [{"x": rng.standard_normal((M * MB, 4))} for _ in range(3)]
     init = _init_params()
     expected = _one_device(feeds, init)
-    stages = [_stage(r, mode) for r in range(2)]
+    stages = [_stage(r, mode, spell, recompute) for r in range(2)]
 
     def rank_fn():
         r = context.current().rank
@@ -156,6 +171,46 @@ def test_two_stages_under_section_worker_train_to_one_device_parameters(mode):
         for n, v in params.items():
             assert not np.allclose(v, init[n]), n  # it trained
             np.testing.assert_allclose(v, expected[n], rtol=1e-10, atol=1e-12, err_msg=n)
+
+
+# ---- refimpl's stage:k spelling ----------------------------------------------------------------------------
+def _program_text(program):
+    ops = [(op.type, sorted((k, list(v)) for k, v in op.inputs.items()),
+            sorted((k, list(v)) for k, v in op.outputs.items()),
+            sorted((k, repr(v)) for k, v in op.all_attrs().items() if k not in ("op_callstack", "sub_block")))
+           for op in program.global_block().ops]
+    return ops, sorted(program.global_block().vars)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_stage_spelling_builds_what_the_gpu_spelling_builds(rank):
+    gpu_opt, gpu_start, gpu_pairs, gpu_rings = _stage(rank, "1F1B", "gpu")
+    opt, start, pairs, rings = _stage(rank, "1F1B", "stage")
+    assert gpu_pairs == [(0, 1), (1, 0)] and gpu_rings == {1: 20, 1000: 21}  # one pair each way (Paddle's rule)
+    assert (pairs, rings) == (gpu_pairs, gpu_rings)
+    assert _program_text(opt["section_program"]) == _program_text(gpu_opt["section_program"])
+    assert _program_text(start) == _program_text(gpu_start)
+    kinds = [op.type for op in opt["section_program"].global_block().ops if op.type in ("send_v2", "recv_v2")]
+    assert kinds == (["send_v2", "recv_v2"] if rank == 0 else ["recv_v2", "send_v2"]), kinds
+
+
+def test_the_inner_optimizers_device_map_keeps_its_spelling_and_the_pipeline_reads_gpu():
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        loss = _net("stage")
+        main._pipeline_opt = dict(pc.pipeline_opt(pc.CASES["plain_r0"]))
+        inner = paddle.optimizer.Momentum(learning_rate=0.1, momentum=0.9)
+        po = PipelineOptimizer(inner, 2)
+        po.minimize(loss)
+    params = sorted(p.name for p in main.global_block().all_parameters())
+    assert sorted(po._param_device_map) == params
+    assert sorted(set(inner._param_device_map.values())) == ["stage:0", "stage:1"]
+    assert sorted(set(po._param_device_map.values())) == ["gpu:0", "gpu:1"]
+
+
+def test_a_recompute_optimizer_is_looked_through_to_the_optimizer_it_wraps():
+    inner = paddle.optimizer.Momentum(learning_rate=0.1, momentum=0.9)
+    assert PipelineOptimizer(RecomputeOptimizer(inner))._origin_optimizer is inner
 
 
 # ---- bad input ------------------------------------------------------------------------------------------
@@ -203,11 +258,29 @@ def test_an_unknown_schedule_mode_is_named():
         _build_with(lambda: pc.spc._boundary_net(paddle, None), opt)
 
 
+@pytest.mark.parametrize("device", ["gpu", "gpu:x", "gpu:"])
+def test_an_op_device_without_a_stage_id_is_refused_naming_op_and_device(device):
+    def net():
+        with paddle.static.device_guard("gpu:0"):
+            x = paddle.static.data(name="x", shape=[-1, 4], dtype="float32")
+            h = paddle.static.nn.fc(x=x, size=4)
+        with paddle.static.device_guard(device):
+            return paddle.mean(paddle.static.nn.fc(x=h, size=2))
+    with pytest.raises(PipelineBuildError, match=rf"op 'mul' is on device '{device}'.*'gpu:<stage id>'"):
+        _build_with(net)
+
+
 def test_constructor_checks():
     with pytest.raises(EnforceNotMet, match="optimizer"):
         PipelineOptimizer(object())
-    with pytest.raises(EnforceNotMet, match="num_microbatches"):
-        PipelineOptimizer(paddle.optimizer.SGD(0.1), num_microbatches=0)
+    for bad in (0, np.int64(0), 2.0, True):
+        with pytest.raises(EnforceNotMet, match="num_microbatches"):
+            PipelineOptimizer(paddle.optimizer.SGD(0.1), num_microbatches=bad)
+
+
+def test_a_numpy_integer_number_of_micro_batches_is_accepted():
+    opt, _, _, _ = _stage(0, "1F1B", num_microbatches=np.int64(M))
+    assert opt["num_microbatches"] == M and type(opt["num_microbatches"]) is int
 
 
 # ---- the nop op the 1F1B pass emits: its NumPy and CUDA kernels ------------------------------------------

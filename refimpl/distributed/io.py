@@ -9,7 +9,9 @@ _is_distributed``) are not here (a PS job saves with ``fleet.save_persistables``
 / ``init_server(dirname)``), nor is ``load_inference_model_distributed``. Under
 ZeRO sharding each rank loads its own shard with ``load_persistables``; the
 sharded save is ``fleet.save_persistables`` (see
-``fleet/meta_optimizers/sharding/persistables.py``).
+``fleet/meta_optimizers/sharding/persistables.py``; with ``mp_degree > 1`` the
+values that differ per mp rank are under ``dirname/mp_rank_{k:02d}/``, read
+back when the program carries its mp layout, ``persistables.MP_LAYOUT_ATTR``).
 """
 from __future__ import annotations
 

@@ -73,14 +73,14 @@ def collector_class(backend: str) -> type:
 
 
 def fused_writer(backend: str) -> Any:
-    """``write_into_fused(old, new) -> bool`` of ``backend``: keep a var's memory in a ``coalesce_tensor``
-    buffer when an op writes it (``refimpl.ops.collective_ops.write_into_fused``; the CUDA backend's
-    device-array twin)."""
+    """``(write_into_fused, outside_fused)`` of ``backend``: keep a var's memory in a ``coalesce_tensor``
+    buffer when an op writes it, and keep other vars out of such buffers
+    (``refimpl.ops.fused_buffers``; the CUDA backend's device-array twins)."""
     if backend == "numpy":
-        from refimpl.ops.collective_ops import write_into_fused
-        return write_into_fused
-    from cuda_backend.ops_collective import write_into_fused as cuda_write_into_fused
-    return cuda_write_into_fused
+        from refimpl.ops import fused_buffers as fns
+    else:
+        from cuda_backend import ops_collective as fns
+    return fns.write_into_fused, fns.outside_fused
 
 
 def to_device(array: Any, backend: str) -> Any:

@@ -86,22 +86,22 @@ class Executor:
                 program, pipeline = pipeline["startup_program"], None
             elif "section_program" in pipeline:
                 self._last = self._pipeline_trainer(program, pipeline)
-                out = self._last.run(self, feed, fetch_list, scope, trace)  # None: a var of another stage
+                _push_learning_rate(program, scope)
+                out = self._last.run(self, program, feed, fetch_list, scope, trace)  # None: another stage's var
                 return [None if v is None else host_results([v], return_numpy, self.place)[0] for v in out]
             else:
                 raise InvalidArgument("program._pipeline_opt holds no section_program to run (a "
                                       "PipelineOptimizer's configs, set before its minimize?)")
         if pipeline is not None:  # fleet turned this program into this rank's pipeline Plan
             self._last = pipeline  # memory_stats reads its plan executor's counters
+            _push_learning_rate(program, scope)
             return pipeline.run(self, feed, fetch_list, scope, return_numpy, trace)
         program, fetch_list = self._own_feed_fetch(program, fetch_list)
         feed = check_feed(program, feed)
         names = fetch_names(program, fetch_list)
         prepared = self._prepared(program, scope, tuple(feed), tuple(names), use_program_cache)
         self._last = prepared
-        scheduler = getattr(program, "lr_scheduler", None)
-        if scheduler is not None:  # as Paddle: the scheduler's current value goes in before each run
-            scope.var(program.lr_var.name).get_tensor().set(np.array(scheduler(), dtype="float32"))
+        _push_learning_rate(program, scope)
         return host_results(prepared.run(feed, trace), return_numpy, self.place)
 
     def _pipeline_trainer(self, program, pipeline_opt):
@@ -174,6 +174,13 @@ class Executor:
 
     def close(self) -> None:
         self._cache.clear()
+
+
+def _push_learning_rate(program: Program, scope: Scope) -> None:
+    """As Paddle (and its 2.6.2 ``_run_pipeline``): an LR scheduler's current value goes in before each run."""
+    scheduler = getattr(program, "lr_scheduler", None)
+    if scheduler is not None:
+        scope.var(program.lr_var.name).get_tensor().set(np.array(scheduler(), dtype="float32"))
 
 
 def host_results(values: Sequence, return_numpy: bool, place: Place) -> list:

@@ -14,6 +14,7 @@ import functools
 import types
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
+from refimpl.core.errors import PreconditionNotMet
 from refimpl.core.tensor import DenseTensor
 
 from .garbage_collector import Memory
@@ -215,19 +216,37 @@ def guarded(run: Callable[[], None], fail: Callable[[Exception], None]) -> Calla
     return run_hook
 
 
-def keeping_fused_memory(run: Callable[[], None], tensors: Sequence[Any],
+def keeping_fused_memory(run: Callable[[], None], tensors: Sequence[Any], names: Sequence[str],
                          write_back: Callable[[Any, Any], bool]) -> Callable[[], None]:
-    """``run``, after which each of ``tensors`` that held a view into a ``coalesce_tensor`` buffer gets its
-    new value copied into that view (``write_back``) and keeps the view, as Paddle's kernels write into
-    the memory a var already has: the fused buffer and its other views see every write."""
+    """``run``, after which each of ``tensors`` (vars ``names``) that held a view into a ``coalesce_tensor``
+    buffer gets its new value copied into that view (``write_back``) and keeps the view, as Paddle's
+    kernels write into the memory a var already has: the fused buffer and its other views see every write."""
     def run_in_fused_memory():
         olds = [t._array for t in tensors]
         run()
-        for t, old in zip(tensors, olds):
+        for t, name, old in zip(tensors, names, olds):
             new = t._array
-            if new is not old and old is not None and new is not None and write_back(old, new):
-                t._array = old
+            if new is not old and old is not None and new is not None:
+                try:
+                    kept = write_back(old, new)
+                except PreconditionNotMet as exc:
+                    raise PreconditionNotMet(f"output {name!r}: {exc.args[0]}") from None
+                if kept:
+                    t._array = old
     return run_in_fused_memory
+
+
+def detaching_fused_views(run: Callable[[], None], tensors: Sequence[Any],
+                          detach: Callable[[Any], Any]) -> Callable[[], None]:
+    """``run`` (an op reading a fused buffer's var), after which none of ``tensors`` -- outputs that are no
+    buffer's members -- holds a view into a ``coalesce_tensor`` buffer (``detach`` copies it out)."""
+    def run_detached():
+        run()
+        for t in tensors:
+            a = t._array
+            if a is not None:
+                t._array = detach(a)
+    return run_detached
 
 
 def before(hook: Callable[[], None], run: Callable[[], None]) -> Callable[[], None]:

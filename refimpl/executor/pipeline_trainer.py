@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, TYPE_CHECKING, 
 
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 
+from .feed_fetch import check_feed
 from .section_worker import FTHENB, ONE_F_ONE_B, SectionWorker
 
 if TYPE_CHECKING:
@@ -64,9 +65,12 @@ class PipelineTrainer:
         self._workers: Dict[Tuple[int, Tuple[str, ...]], SectionWorker] = {}
         self._last: Optional[SectionWorker] = None
 
-    def run(self, exe: Executor, feed: Optional[Dict[str, Any]], fetch_list: Optional[Sequence[Any]],
+    def run(self, exe: Executor, main: Program, feed: Optional[Dict[str, Any]], fetch_list: Optional[Sequence[Any]],
             scope: Scope, trace: Optional[Trace] = None) -> List[Any]:
+        """One mini-batch of this rank's section. ``feed`` is checked against the whole program ``main`` (every
+        name one of its vars, dtypes and shapes as ``Executor.run`` checks them); this stage takes its own."""
         section, stage, stages, micro, mode = _worker_config(self.pipeline_opt)
+        feed = check_feed(main, feed)
         names = [f if isinstance(f, str) else f.name for f in (fetch_list or [])]
         block = section.global_block()
         here = tuple(n for n in names if block._find_var_recursive(n) is not None)
@@ -75,7 +79,7 @@ class PipelineTrainer:
         if worker is None or worker.program is not section:
             worker = self._workers[key] = SectionWorker(section, stage, stages, micro, mode, exe.place, list(here))
         self._last = worker
-        feed = {n: v for n, v in (feed or {}).items() if block._find_var_recursive(n) is not None}
+        feed = {n: v for n, v in feed.items() if block._find_var_recursive(n) is not None}
         got = dict(zip(here, worker.train(scope, feed, trace)))
         return [got[n] if n in got else None for n in names]
 

@@ -114,7 +114,7 @@ class PreparedBlock:
         # the vars a coalesce_tensor of this block puts in a fused buffer keep their memory when a later
         # op writes them (op_runner.keeping_fused_memory): Paddle's views of the buffer stay views
         fused = {n for op in self.block.ops if op.type == "coalesce_tensor" for n in op.output_arg_names}
-        write_back = fused_writer(self.backend) if fused else None
+        write_back, detach = fused_writer(self.backend) if fused else (None, None)
         check_outputs = flags.flag("FLAGS_check_nan_inf")  # read here: when off, the run loop has no check
         self.steps: List[Step] = []
         for i, op in enumerate(self.block.ops):
@@ -123,15 +123,27 @@ class PreparedBlock:
             run = self._prepare_op(i, op)
             if check_outputs and nan_inf.is_checked(op):
                 run = nan_inf.checked(run, self, i, op)
-            if fused and op.type != "coalesce_tensor" and not fused.isdisjoint(op.output_arg_names):
-                run = op_runner.keeping_fused_memory(
-                    run, [self.tensor(n) for n in dict.fromkeys(op.output_arg_names) if n in fused], write_back)
+            if fused and op.type != "coalesce_tensor":
+                run = self._fused_memory(op, run, fused, write_back, detach)
             if i in hooks:
                 run = op_runner.before(hooks[i], run)
             release = self.gc.releaser(dead) if self.gc is not None else None
             self.steps.append(Step(run, release, i, op, dead))
         # the plain run loop: every op's runner, each followed by its release call if it has one
         self._calls = [f for s in self.steps for f in ((s.run, s.release) if s.release else (s.run,))]
+
+    def _fused_memory(self, op: Operator, run: Callable[[], None], fused: set, write_back: Any,
+                      detach: Any) -> Callable[[], None]:
+        """``run`` of an op near a ``coalesce_tensor`` buffer: the buffer's vars it writes keep their memory
+        there; its other outputs, when it reads a buffer's var, hold no view into the buffer."""
+        outs = list(dict.fromkeys(op.output_arg_names))
+        members = [n for n in outs if n in fused]
+        if members:
+            run = op_runner.keeping_fused_memory(run, [self.tensor(n) for n in members], members, write_back)
+        others = [n for n in outs if n not in fused]
+        if others and not fused.isdisjoint(op.input_arg_names):
+            run = op_runner.detaching_fused_views(run, [self.tensor(n) for n in others], detach)
+        return run
 
     # ---- scope resolution --------------------------------------------------
     def tensor(self, name: str) -> DenseTensor:

@@ -18,10 +18,10 @@ from typing import Any, List, Optional, Sequence, Tuple
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 from refimpl.core.place import Place
 from refimpl.core.scope import Scope
-from refimpl.executor.backend import default_place
+from refimpl.executor.backend import default_place, to_device
 from refimpl.executor.garbage_collector import Memory, gc_threshold_bytes
 from refimpl.executor.plan_executor import fetch_stacked, scope_bytes, split_feed
-from refimpl.executor.prepared import PreparedBlock
+from refimpl.executor.prepared import PreparedBlock, prepare_flags
 from refimpl.executor.trace import Trace
 from refimpl.framework.op_role import OpRole, is_forward
 from refimpl.framework.program import Program
@@ -74,14 +74,17 @@ class SectionWorker:
         self.rank = pipeline_stage
 
     def _prepare(self, scope):
-        if self._blocks is None or self._blocks[0] is not scope:
+        # prepared again when the scope, the program or the settings that shape a prepared block change
+        # (as PlanExecutor's cache keys: the program's version, the GC threshold, prepare_flags)
+        key = (self.program._version, gc_threshold_bytes(), prepare_flags())
+        if self._blocks is None or self._blocks[0] is not scope or self._blocks[3] != key:
             micro = [scope.new_scope() for _ in range(self.num_microbatches)]
             skip = self.backward_send_vars + self.fetch_names
             memory = self.memory = Memory()  # one account for all micro-batches
-            blocks = [PreparedBlock(self.program, 0, m, scope, self.place.backend, skip, gc_threshold_bytes(),
+            blocks = [PreparedBlock(self.program, 0, m, scope, self.place.backend, skip, key[1],
                                     memory=memory) for m in micro]
-            self._blocks = (scope, micro, blocks)
-        return self._blocks
+            self._blocks = (scope, micro, blocks, key)
+        return self._blocks[:3]
 
     def memory_stats(self) -> dict:
         """This stage's bytes in its last mini-batch (``Executor.memory_stats`` keys)."""
@@ -97,7 +100,7 @@ class SectionWorker:
         _, micro, blocks = self._prepare(scope)
         for m, part in enumerate(split_feed(feed, self.num_microbatches)):
             for name, arr in part.items():
-                micro[m].var(name).get_tensor()._array = arr
+                micro[m].var(name).get_tensor()._array = to_device(arr, self.place.backend)
         self.trace, self._b = trace, blocks
         self.memory.reset(*scope_bytes(scope, micro, self.memory.tracked))  # what this run starts with
         (self._run_fthenb if self.schedule_mode == FTHENB else self._run_1f1b)()

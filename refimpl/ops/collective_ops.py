@@ -39,14 +39,14 @@ gives. Every op here is registered with
 ``writes_inputs=True``: a kernel may write into its input array (an
 in-place collective on a fused buffer does).
 """
-import weakref
-
 import numpy as np
 
 from refimpl.core import comm_context
 from refimpl.core.dtypes import VARTYPE_TO_NAME, convert_dtype, to_numpy_dtype
 from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 from refimpl.core.reduce_op import REDUCE_NAMES, ReduceOp
+
+from .fused_buffers import in_fused as _in_fused, register_fused as _register_fused
 
 from .common import first, gathered_shape, same_as
 from .registry import get_op_def, register_op
@@ -59,36 +59,6 @@ def _comm(ring_id):
 
 
 # ---- the prepare hook shared by ops that communicate ----------------------------
-_fused = {}  # id(buffer) -> weakref, for the buffers coalesce_tensor made
-
-
-def _register_fused(buf):
-    key = id(buf)
-    _fused[key] = weakref.ref(buf, lambda _, k=key: _fused.pop(k, None))
-
-
-def _in_fused(a):
-    root = a
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    ref = _fused.get(id(root))
-    return ref is not None and ref() is root
-
-
-def write_into_fused(old, new) -> bool:
-    """Copy ``new`` into ``old`` when ``old`` lies in a ``coalesce_tensor`` buffer and ``new`` fits it.
-
-    The executor calls this after an op wrote a var a ``coalesce_tensor`` made part of a fused buffer:
-    the var keeps its memory, as Paddle's kernels write into an allocation of the right size, so the
-    buffer and its other views see the value. Returns whether it copied.
-    """
-    if (isinstance(old, np.ndarray) and isinstance(new, np.ndarray) and old.shape == new.shape
-            and old.dtype == new.dtype and old.flags.writeable and _in_fused(old)):
-        np.copyto(old, new)
-        return True
-    return False
-
-
 def _prepare_comm(ctx, op):
     """Bind the backend's kernel to the op's variables; see the module docstring."""
     opdef = get_op_def(op.type)

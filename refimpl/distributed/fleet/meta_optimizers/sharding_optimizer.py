@@ -74,6 +74,7 @@ from .sharding.fuse_helper import fuse_opt_broadcast_param_ops
 from .sharding.gradient_clip_helper import GradientClipHelper
 from .sharding.gradient_merge import GradientMergeMixin
 from .sharding.offload_helper import OffloadHelper
+from .sharding.persistables import mark_mp_layout
 from .sharding.pipeline_passes import PipelineShardingMixin
 from .sharding.prune_program import PruneMixin
 from .sharding.rings import ShardingGroups
@@ -268,6 +269,8 @@ class ShardingOptimizer(SegmentsMixin, PruneMixin, GradientMergeMixin, PipelineS
         if self.pp_degree == 1:  # (with a pipeline: once its stage pairs are known, _bind_pipeline_rings)
             program_rings.bind_rings(self._groups.world_rings())
         optimize_ops, params_grads = self._inner_opt_minimize(loss, startup_program, parameter_list, no_grad_set)
+        if self.mp_degree > 1:   # each mp rank's shards are saved / loaded in its own folder (sharding/persistables.py)
+            mark_mp_layout(self._main_program, self.mp_rank, self.mp_degree)
         self._init_comm()
         self._apply_sharding_pass(params_grads)
         self._apply_opt_sharding_pass(params_grads)

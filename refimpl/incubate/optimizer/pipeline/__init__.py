@@ -12,10 +12,15 @@ then calls ``_rename_gradient_var_name`` and ``_accumulate_gradients`` itself.
 
 Differences from Paddle: Paddle's ``assert``s are typed errors (:class:`PipelineBuildError`, also an
 ``AssertionError``) naming the op, var, device or key; ``place`` is refimpl's place for the stage; the
-disabled ``_process_persistable_vars_in_multi_sections`` of Paddle is not carried.
+disabled ``_process_persistable_vars_in_multi_sections`` of Paddle is not carried; the parameter-device
+map is a copy of the inner optimizer's with refimpl's ``"stage:k"`` read as ``"gpu:k"``; a
+``RecomputeOptimizer`` is looked through to the optimizer it wraps (``_optimizer``) for that map (Paddle's
+has none and fails on an ``AttributeError``); ``num_microbatches`` may be any integral number (NumPy's too)
+but not a bool or a float.
 """
 from __future__ import annotations
 
+import numbers
 import os
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
@@ -24,7 +29,7 @@ from refimpl.core.errors import InvalidArgument, PreconditionNotMet
 from refimpl.framework.program import Program, default_startup_program
 
 from .accumulate import AccumulateMixin
-from .devices import DeviceMixin, PipelineBuildError
+from .devices import DeviceMixin, PipelineBuildError, translate_device
 from .fuse import FuseMixin
 from .sections import SectionsMixin
 from .send_recv import SendRecvMixin
@@ -55,16 +60,15 @@ class PipelineOptimizer(DeviceMixin, SectionsMixin, SendRecvMixin, AccumulateMix
                                   f"(Optimizer, OptimizerWithMixedPrecision), but the given type is "
                                   f"{type(optimizer).__name__}.")
         self._optimizer = optimizer
-        self._origin_optimizer = optimizer
-        while hasattr(self._origin_optimizer, "inner_opt"):
-            self._origin_optimizer = self._origin_optimizer.inner_opt
-        if not (isinstance(num_microbatches, int) and num_microbatches >= 1):
+        self._origin_optimizer = self._find_origin_optimizer(optimizer, RecomputeOptimizer)
+        if not (isinstance(num_microbatches, numbers.Integral) and not isinstance(num_microbatches, bool)
+                and num_microbatches >= 1):
             raise InvalidArgument(f"PipelineOptimizer: num_microbatches must be a positive value, "
                                   f"got {num_microbatches!r}")
         if not (isinstance(start_cpu_core_id, int) and start_cpu_core_id >= 0):
             raise InvalidArgument(f"PipelineOptimizer: start_cpu_core_id must be a non-negative integer, "
                                   f"got {start_cpu_core_id!r}")
-        self._num_microbatches = num_microbatches
+        self._num_microbatches = int(num_microbatches)
         self._start_cpu_core_id = start_cpu_core_id
         self._place_list = None
         self._param_device_map: Optional[Dict[str, str]] = None
@@ -72,6 +76,15 @@ class PipelineOptimizer(DeviceMixin, SectionsMixin, SendRecvMixin, AccumulateMix
         self._pp_ring_map: Dict[int, int] = {}
         self.output_var_to_op = None
         self.input_var_to_op = None
+
+    @staticmethod
+    def _find_origin_optimizer(optimizer: Any, recompute_cls: type) -> Any:
+        """The user's optimizer: through fleet's ``inner_opt`` chain, and through a RecomputeOptimizer's
+        ``_optimizer`` (the optimizer whose ``apply_gradients`` fills ``_param_device_map``)."""
+        origin = optimizer
+        while hasattr(origin, "inner_opt") or isinstance(origin, recompute_cls):
+            origin = origin.inner_opt if hasattr(origin, "inner_opt") else origin._optimizer
+        return origin
 
     def _read_pipeline_opt(self, main_program: Program) -> None:
         opt = getattr(main_program, "_pipeline_opt", None)
@@ -95,7 +108,8 @@ class PipelineOptimizer(DeviceMixin, SectionsMixin, SendRecvMixin, AccumulateMix
             raise PipelineBuildError(f"PipelineOptimizer: the inner optimizer {type(self._origin_optimizer).__name__}"
                                      f" has no _param_device_map (a decorated optimizer must expose the user's "
                                      f"optimizer as inner_opt, as fleet's meta-optimizers do)")
-        return device_map
+        # a translated copy: the inner optimizer's map keeps the spelling device_guard was given
+        return {name: translate_device(device, self._device) for name, device in device_map.items()}
 
     def minimize(self, loss: Any, startup_program: Optional[Program] = None, parameter_list: Any = None,
                  no_grad_set: Any = None):

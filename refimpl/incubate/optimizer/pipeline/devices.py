@@ -7,17 +7,20 @@ one are placed as Paddle places them: LR ops and the global-norm ``sum``/``sqrt`
 (``"gpu:all"``), a clip or weight-decay op on its parameter's stage, an AMP cast or scale after the op that
 wrote its input, a ``sum`` of ``@RENAME@`` gradients before the op that reads it. Differences: Paddle's
 ``assert``s are typed errors here (each also an ``AssertionError``) naming the op and the device; refimpl's
-own stage spelling ``"stage:k"`` is read as ``"gpu:k"``.
+own stage spelling ``"stage:k"`` is read as ``"gpu:k"`` (on the ops and in the inner optimizer's
+``_param_device_map``, see :func:`translate_device`); a device that is not ``gpu:<int>`` or ``gpu:all``
+(``"gpu"``, ``"gpu:x"``) is refused naming the op (Paddle fails there on a bare ``IndexError``).
 """
 from __future__ import annotations
 
+import re
 from functools import cmp_to_key
 from typing import Any, List, Optional
 
 from refimpl.core.errors import InvalidArgument
 from refimpl.framework.op_role import OP_DEVICE_ATTR, OP_ROLE_ATTR, OP_ROLE_VAR_ATTR, OpRole
 
-__all__ = ["PipelineBuildError", "DeviceMixin", "GRAD_SUFFIX"]
+__all__ = ["PipelineBuildError", "DeviceMixin", "GRAD_SUFFIX", "translate_device"]
 
 GRAD_SUFFIX = "@GRAD"
 #: the roles Paddle's SectionWorker runs (section_worker.cc)
@@ -31,8 +34,18 @@ class PipelineBuildError(InvalidArgument, AssertionError):
     """A program the legacy pipeline builder refuses (Paddle asserts there)."""
 
 
+_STAGE_DEVICE = re.compile(r"gpu:\d+")
+
+
+def translate_device(device: str, kind: str = "gpu") -> str:
+    """refimpl's ``"stage:k"`` spelled as Paddle's ``"<kind>:k"``; any other device as it is."""
+    if isinstance(device, str) and device.startswith("stage:"):
+        return f"{kind}:{device.split(':', 1)[1]}"
+    return device
+
+
 def _device_index(device: str) -> int:
-    return int(device.split(":")[1])
+    return int(device.split(":")[1])  # _check_validation let only gpu:<int> through
 
 
 class DeviceMixin:
@@ -92,7 +105,7 @@ class DeviceMixin:
         """refimpl's ``device_guard("stage:k")`` spelled as Paddle's ``gpu:k``."""
         device = op.attr(OP_DEVICE_ATTR) if op.has_attr(OP_DEVICE_ATTR) else ""
         if device.startswith("stage:"):
-            op._set_attr(OP_DEVICE_ATTR, f"{self._device}:{device.split(':', 1)[1]}")
+            op._set_attr(OP_DEVICE_ATTR, translate_device(device, self._device))
 
     def _get_op_device_attr(self, op) -> Optional[str]:
         device = op.attr(OP_DEVICE_ATTR) if op.has_attr(OP_DEVICE_ATTR) else None
@@ -195,6 +208,9 @@ class DeviceMixin:
             if device.split(":")[0] != "gpu":
                 raise PipelineBuildError(f"PipelineOptimizer: op {op.type!r} is on device {device!r}; only gpu "
                                          f"devices are supported for pipeline parallelism")
+            if not _STAGE_DEVICE.fullmatch(device):
+                raise PipelineBuildError(f"PipelineOptimizer: op {op.type!r} is on device {device!r}; a pipeline "
+                                         f"device must be 'gpu:<stage id>' (e.g. 'gpu:0') or 'gpu:all'")
             if device not in devices:
                 devices.append(device)
         return devices

@@ -21,7 +21,7 @@ from refimpl.framework.op_role import OP_DEVICE_ATTR, OP_ROLE_ATTR, OpRole
 from refimpl.framework.operator import Operator
 from refimpl.framework.program import Program
 
-from .devices import PipelineBuildError
+from .devices import PipelineBuildError, translate_device
 
 __all__ = ["SectionsMixin", "copy_op"]
 
@@ -192,8 +192,7 @@ class SectionsMixin:
                     raise PipelineBuildError(f"PipelineOptimizer: startup op {op.type!r} is on cpu; only "
                                              f"fill_constant may be")
                 device = self._get_op_device_for_startup_program(op.output_arg_names[0])
-            if device.startswith("stage:"):
-                device = f"{self._device}:{device.split(':', 1)[1]}"
+            device = translate_device(device, self._device)
             if device and int(device.split(":")[1]) != device_id:
                 continue
             copy_op(new.global_block(), op)._attrs[OP_DEVICE_ATTR] = ""
