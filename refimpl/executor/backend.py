@@ -77,10 +77,10 @@ def fused_writer(backend: str) -> Any:
     buffer when an op writes it, and keep other vars out of such buffers
     (``refimpl.ops.fused_buffers``; the CUDA backend's device-array twins)."""
     if backend == "numpy":
-        from refimpl.ops import fused_buffers as fns
-    else:
-        from cuda_backend import ops_collective as fns
-    return fns.write_into_fused, fns.outside_fused
+        from refimpl.ops import fused_buffers
+        return fused_buffers.write_into_fused, fused_buffers.outside_fused
+    from cuda_backend import ops_collective
+    return ops_collective.write_into_fused, ops_collective.outside_fused
 
 
 def to_device(array: Any, backend: str) -> Any:

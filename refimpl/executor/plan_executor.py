@@ -9,7 +9,7 @@ later job reads) and the fetch targets. Each (job type, micro-batch) is
 prepared once and cached. Fetched values come back stacked per micro-batch.
 """
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -132,7 +132,8 @@ def _checked_feed(plan, feed):
     return out
 
 
-def scope_bytes(scope, scopes, tracked):
+def scope_bytes(scope: Scope, scopes: Sequence[Scope],
+                tracked: Callable[[str], Optional[int]]) -> Tuple[int, List[int]]:
     """(total bytes, bytes per counted memory category) held in the scopes."""
     seen, total, by_cat = set(), 0, [0] * TRACKED
     for s in [scope] + list(scopes):

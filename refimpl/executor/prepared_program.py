@@ -47,7 +47,7 @@ class PreparedProgram:
                  backend: str, gc_threshold: int, reader_device: int = 0) -> None:
         self.program = program
         self.local_scope = scope.new_scope()
-        self.run_ctx = {"reader_device": reader_device}
+        self.run_ctx: Dict[str, Any] = {"reader_device": reader_device}
         self.block = PreparedBlock(program, 0, self.local_scope, scope, backend, fetch_names,
                                    gc_threshold, run_ctx=self.run_ctx, prologue=self._in_place_guard)
         in_place = self._updated_in_place()

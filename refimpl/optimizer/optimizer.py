@@ -165,7 +165,7 @@ class Optimizer:
         pass
 
     # ---- devices (Paddle's _update_param_device_map / _get_device_for_param) --------------
-    def _update_param_device_map(self, params_grads, target_block) -> None:
+    def _update_param_device_map(self, params_grads: Any, target_block: Any) -> None:
         wanted = {p.name for p, _ in params_grads if p.stop_gradient is False}
         for op in target_block.ops:  # the first op reading each parameter names its device
             for name in wanted.intersection(op.input_arg_names):

@@ -21,7 +21,8 @@ from .raw_program_optimizer import RawProgramOptimizer
 from .recompute_optimizer import RecomputeOptimizer
 from .sharding_optimizer import ShardingOptimizer
 from .tensor_parallel_optimizer import TensorParallelOptimizer
-from .unsupported_optimizers import ASPOptimizer, QATOptimizer
+from .asp_optimizer import ASPOptimizer
+from .unsupported_optimizers import QATOptimizer
 from . import dgc_optimizer, fp16_allreduce_optimizer, localsgd_optimizer
 
 

@@ -1,9 +1,8 @@
 """The meta-optimizers of Paddle 3.3.1 that refimpl does not implement.
 
-Mirrors the applicability rules of ``asp_optimizer.py`` (``ASPOptimizer``)
-and ``qat_optimizer.py`` (``QATOptimizer``) under
-``paddle/distributed/fleet/meta_optimizers/``: each applies in collective mode
-when its switch is on, so the strategy
+Mirrors the applicability rules of ``qat_optimizer.py`` (``QATOptimizer``)
+under ``paddle/distributed/fleet/meta_optimizers/``: it applies in collective
+mode when its switch is on, so the strategy
 compiler weighs it exactly as Paddle does; ``minimize`` then raises
 Unimplemented naming the switch (``DistributedOptimizer`` checks this before
 anything is built).
@@ -48,15 +47,10 @@ class _Unsupported(MetaOptimizerBase):
         raise AssertionError("unreachable")
 
 
-class ASPOptimizer(_Unsupported):
-    switch = "asp"
-    white_list = ["AMPOptimizer", "LarsOptimizer", "LambOptimizer", "RecomputeOptimizer", "GradientMergeOptimizer"]
-
-
 class QATOptimizer(_Unsupported):
     switch = "qat"
     white_list = ["AMPOptimizer", "LarsOptimizer", "LambOptimizer", "GraphExecutionOptimizer", "RecomputeOptimizer",
                   "GradientMergeOptimizer"]
 
 
-__all__ = ["ASPOptimizer", "QATOptimizer"]
+__all__ = ["QATOptimizer"]

@@ -231,7 +231,7 @@ class ShardedPersistablesAPI:
     def _mp_layout(self) -> MpLayout:
         """This rank's ``(mp rank, mp degree)``: the ``ShardingGroups`` of the ShardingOptimizer that
         minimized on this rank."""
-        chain = self._distributed_optimizer.strategy_compiler._get_applied_meta_optimizer()
+        chain = getattr(self, "_distributed_optimizer").strategy_compiler._get_applied_meta_optimizer()
         groups = next(o._groups for o in chain if type(o).__name__ == "ShardingOptimizer")
         return max(groups.mp_rank, 0), groups.mp_degree
 
