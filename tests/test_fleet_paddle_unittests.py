@@ -75,6 +75,26 @@ PASSING = {
     "test_fleet_static_mp_layers.TestDistTraining.test_row_parallel_layer",
     "test_fleet_static_mp_layers.TestDistTraining.test_parallel_embedding",
     "test_fleet_static_mp_layers.TestDistTraining.test_parallel_cross_entropy",
+    # ASP (paddle.incubate.asp, fleet's ASPOptimizer): local copies of test/asp/ and the sharding test
+    "test_fleet_sharding_meta_optimizer.TestFleetShardingMetaOptimizer.test_sharding_amp_asp_optimizer",
+    *(f"test_asp_utils.TestASPUtils.test_{t}" for t in (
+        "check_mask_1d", "check_mask_2d", "check_sparsity", "create_mask", "density", "get_check_method",
+        "get_mask_1d", "get_mask_2d_best", "get_mask_2d_greedy", "threadsafe_valid_2d_patterns")),
+    *(f"test_asp_pruning_static.TestASPStaticPruning{c}.test_{t}_pruning"
+      for c in ("Base", "1D", "2DBest", "2DGreedy") for t in ("inference", "training")),
+    "test_asp_optimize_static.TestASPStaticOptimize.test_asp_training",
+    "test_asp_optimize_static.TestASPStaticOptimize.test_asp_training_with_amp",
+    "test_asp_optimize_static.TestASPStaticOptimize.test_decorate",
+    "test_asp_optimize_static.TestASPStaticOptimize.test_get_not_ASP_relevant_vars",
+    "test_asp_optimize_static.TestASPStaticOptimize.test_is_supported_layers",
+    "test_fleet_with_asp_static.TestFleetWithASPStatic.test_with_asp",
+    "test_fleet_with_asp_static.TestFleetWithASPAMPStatic.test_with_asp_and_amp",
+    "test_fleet_with_asp_static.TestFleetWithASPAMPStatic.test_with_asp_and_pure_fp16",
+    "test_fleet_with_asp_sharding.TestFleetWithASPSharding.test_with_asp_sharding",
+    "test_asp_save_load.TestASPStaticOptimize.test_save_and_load",
+    "test_asp_customized_pruning.TestASPAddSupportedLayer.test_add_supported_layer_via_name",
+    "test_asp_customized_pruning.TestASPStaticCustomerizedPruneFunc.test_inference_pruning",
+    "test_asp_customized_pruning.TestASPStaticCustomerizedPruneFunc.test_training_pruning",
 }
 
 _RUNNER = r'''
@@ -100,7 +120,8 @@ unittest.TextTestRunner(stream=io.StringIO(), resultclass=Result).run(
 #: Paddle's fleet tests are written for its GPU build (AMP's float16 casts go only where a float16 GPU kernel
 #: exists), so they run with refimpl's CUDA kernel set (the simulator without a GPU), except these, which
 #: train on a CUDA place: under the simulator that takes too long, and on the host they build and return
-HOST_ONLY = {"test_fleet_amp_init.py"}
+HOST_ONLY = {"test_fleet_amp_init.py", "test_asp_optimize_static.py", "test_asp_save_load.py",
+             "test_fleet_with_asp_static.py", "test_fleet_with_asp_sharding.py", "test_asp_customized_pruning.py"}
 
 
 def _files():

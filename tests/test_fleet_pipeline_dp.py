@@ -119,7 +119,7 @@ def test_pipeline_with_recompute_equals_single_device():
 
 
 def test_unimplemented_strategy_is_named():
-    for switch in ("sync_batch_norm", "asp"):
+    for switch in ("sync_batch_norm", "qat"):
         s = DistributedStrategy()
         setattr(s, switch, True)
         main, startup, loss = build()

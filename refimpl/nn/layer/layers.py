@@ -50,6 +50,9 @@ def _camel_to_snake(name: str) -> str:
     return _ALL_CAP.sub(r"\1_\2", _FIRST_CAP.sub(r"\1_\2", name)).lower()
 
 
+_convert_camel_to_snake = _camel_to_snake  # Paddle's name (paddle/nn/layer/layers.py)
+
+
 def _add_indent(text: str, indent: int) -> str:
     lines = text.split("\n")
     return lines[0] if len(lines) == 1 else "\n".join([lines[0]] + [" " * indent + s for s in lines[1:]])
