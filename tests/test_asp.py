@@ -6,7 +6,6 @@ the programs ``decorate(...).minimize`` and fleet's ``strategy.asp`` build, and 
 program (no ASP) whose parameters are multiplied by the same masks in NumPy after every step.
 The mask algorithms and the supported-parameter rules are in ``tests/test_asp_utils.py``.
 """
-import os
 
 import numpy as np
 import pytest
@@ -18,6 +17,9 @@ from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.framework import Program, unique_name
 from refimpl.incubate import asp
 from refimpl.incubate.asp import ASPHelper, CheckMethod, MaskAlgo
+
+from conftest import as_trainer
+from test_sharding import _batches, _set_params   # (its WIDTH, 16, is this file's too)
 
 
 def _hex(mask):
@@ -172,22 +174,6 @@ def _mlp(dtype="float64"):
     return main, startup, loss
 
 
-def _init(name, shape):
-    """Each parameter's starting value from its name alone (the same on one device and on its owner)."""
-    return np.random.default_rng(sum(map(ord, name))).standard_normal(shape) * 0.5
-
-
-def _batches(steps=3, rows=8):
-    rng = np.random.default_rng(0)
-    return [(rng.standard_normal((rows, WIDTH)), rng.integers(0, 2, (rows, 1)).astype("int64"))
-            for _ in range(steps)]
-
-
-def _set_params(scope, params):
-    for p in params:
-        scope.find_var(p.name).get_tensor().set(_init(p.name, p.shape).astype(p.dtype))
-
-
 def _plain_params(main):
     return [p for p in main.all_parameters() if "asp_mask" not in p.name]
 
@@ -243,11 +229,7 @@ PADDLE_FLEET_BWD = ["reduce_mean_grad", "softmax_with_cross_entropy_grad", "soft
 
 @pytest.fixture
 def one_trainer(monkeypatch):
-    for key in list(os.environ):
-        if key.startswith(("PADDLE_", "TRAINING_ROLE")):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("PADDLE_TRAINER_ID", "0")
-    monkeypatch.setenv("PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:36213")
+    as_trainer(monkeypatch, 0, "127.0.0.1:36213")
 
 
 @pytest.mark.parametrize("amp", [False, True])

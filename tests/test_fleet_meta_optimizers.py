@@ -19,6 +19,8 @@ from refimpl.distributed.communication import context, run_in_process
 from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.framework import Program, unique_name
 
+from conftest import as_trainer
+
 
 # ---- the programs of two trainers (Paddle 3.3.1, see the module docstring) ---------------------------
 FWD = ["mul", "elementwise_add", "tanh", "mul", "elementwise_add", "tanh", "mul", "elementwise_add", "softmax",
@@ -77,11 +79,7 @@ def _paddle_net(dtype="float32"):
 
 @pytest.fixture
 def trainer_1_of_2(monkeypatch):
-    for key in list(os.environ):
-        if key.startswith(("PADDLE_", "TRAINING_ROLE")):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("PADDLE_TRAINER_ID", "1")
-    monkeypatch.setenv("PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:36001,127.0.0.1:36002")
+    as_trainer(monkeypatch, 1, "127.0.0.1:36001,127.0.0.1:36002")
 
 
 def _fleet_minimize(strategy, dtype="float32"):

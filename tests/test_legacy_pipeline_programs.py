@@ -26,7 +26,6 @@ from refimpl.executor.section_worker import SectionWorker
 from refimpl.incubate.optimizer import PipelineOptimizer
 from refimpl.incubate.optimizer.pipeline import PipelineBuildError
 from refimpl.incubate.optimizer.recompute import RecomputeOptimizer
-from refimpl.static.amp import fp16_lists
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "oracle_legacy_pipeline"))
@@ -41,13 +40,6 @@ BUILT = [c for c in pc.CASES if "error" not in ORACLE[c]]
 def _static():
     paddle.enable_static()
     yield
-
-
-@pytest.fixture
-def gpu_amp_lists(monkeypatch):
-    """As the recorder: every op has a float16 kernel (Paddle's GPU build)."""
-    sys_lists = fp16_lists._get_sys_unsupported_list
-    monkeypatch.setattr(fp16_lists, "_get_sys_unsupported_list", lambda dtype: ("GPU", set(), sys_lists(dtype)[2]))
 
 
 @pytest.mark.parametrize("case", BUILT)

@@ -21,11 +21,12 @@ from refimpl.core.errors import InvalidArgument, Unimplemented
 from refimpl.distributed.communication import context, run_in_process
 from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.framework import Program, unique_name
-from refimpl.static.amp import fp16_lists
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "oracle_sharding"))
 import sharding_cases  # noqa: E402
+
+from conftest import as_trainer
 
 with open(os.path.join(HERE, "oracle_sharding", "programs.json")) as _f:
     PADDLE = json.load(_f)
@@ -33,19 +34,7 @@ with open(os.path.join(HERE, "oracle_sharding", "programs.json")) as _f:
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for key in list(os.environ):
-        if key.startswith(("PADDLE_", "TRAINING_ROLE")):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("PADDLE_TRAINER_ID", "0")
-    monkeypatch.setenv("PADDLE_TRAINER_ENDPOINTS", sharding_cases.TWO)
-    return monkeypatch
-
-
-@pytest.fixture
-def gpu_amp_lists(monkeypatch):
-    """The AMP lists of a GPU build (every op has a float16 kernel), as the recorder gave Paddle."""
-    sys_lists = fp16_lists._get_sys_unsupported_list
-    monkeypatch.setattr(fp16_lists, "_get_sys_unsupported_list", lambda dtype: ("GPU", set(), sys_lists(dtype)[2]))
+    return as_trainer(monkeypatch, 0, sharding_cases.TWO)
 
 
 # ---- (a) the programs of Paddle 3.3.1 --------------------------------------------------------------

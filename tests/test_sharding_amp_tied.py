@@ -18,7 +18,6 @@ import refimpl as paddle
 from refimpl.distributed.communication import context, run_in_process
 from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.framework import Program, unique_name
-from refimpl.static.amp import fp16_lists
 
 W = 16
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,15 +25,15 @@ sys.path.insert(0, os.path.join(HERE, "oracle_sharding"))
 import sharding_cases  # noqa: E402
 import tied_amp_cases  # noqa: E402
 
+from conftest import as_trainer
+
 with open(os.path.join(HERE, "oracle_sharding", "tied_amp_programs.json")) as _f:
     PADDLE = json.load(_f)
 
 
 @pytest.fixture(autouse=True)
-def gpu_amp_lists(monkeypatch):
-    """The AMP lists of a GPU build (every op has a float16 kernel)."""
-    sys_lists = fp16_lists._get_sys_unsupported_list
-    monkeypatch.setattr(fp16_lists, "_get_sys_unsupported_list", lambda dtype: ("GPU", set(), sys_lists(dtype)[2]))
+def _gpu_amp_lists(gpu_amp_lists):
+    """Every test here with the GPU build's AMP lists (conftest.gpu_amp_lists)."""
 
 
 def _net():
@@ -142,10 +141,7 @@ def test_tied_weight_ranks_give_one_device(kind):
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for key in list(os.environ):
-        if key.startswith(("PADDLE_", "TRAINING_ROLE")):
-            monkeypatch.delenv(key)
-    return monkeypatch
+    return as_trainer(monkeypatch)
 
 
 @pytest.mark.parametrize("case", ["tied0", "tied1"])

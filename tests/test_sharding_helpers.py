@@ -63,13 +63,6 @@ def test_helper_rewrites_as_paddle(refimpl_results, case):
 
 
 @pytest.fixture
-def gpu_amp_lists(monkeypatch):
-    """The AMP lists of a GPU build (every op has a float16 kernel), as the recorder gave Paddle."""
-    sys_lists = fp16_lists._get_sys_unsupported_list
-    monkeypatch.setattr(fp16_lists, "_get_sys_unsupported_list", lambda dtype: ("GPU", set(), sys_lists(dtype)[2]))
-
-
-@pytest.fixture
 def paddle_like_build(monkeypatch, gpu_amp_lists):
     """A lone trainer's environment (the case sets its id; put back after the test), a GPU build's
     AMP lists and the CPU wheel's memcpy place types, as the recorder had them."""

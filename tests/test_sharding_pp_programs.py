@@ -28,11 +28,12 @@ from refimpl.core.errors import Unimplemented
 from refimpl.distributed.communication import context, run_in_process
 from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.framework import unique_name
-from refimpl.static.amp import fp16_lists
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "oracle_sharding_pp"))
 import sharding_pp_cases as cases  # noqa: E402
+
+from conftest import as_trainer
 
 with open(os.path.join(HERE, "oracle_sharding_pp", "programs.json")) as _f:
     PADDLE = json.load(_f)
@@ -43,21 +44,9 @@ HYBRID_TEST_CASES = ["dpopt", "dpopt+fuse", "dpopt+amp+clip+fuse", "dpopt+amp+cl
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for key in list(os.environ):
-        if key.startswith(("PADDLE_", "TRAINING_ROLE")):
-            monkeypatch.delenv(key)
     # build() sets the trainer id and endpoints of its case; setting them here first has monkeypatch put the
     # environment back afterwards
-    monkeypatch.setenv("PADDLE_TRAINER_ID", "0")
-    monkeypatch.setenv("PADDLE_TRAINER_ENDPOINTS", cases.TWO)
-    return monkeypatch
-
-
-@pytest.fixture
-def gpu_amp_lists(monkeypatch):
-    """The AMP lists of a GPU build (every op has a float16 kernel), as the recorder gave Paddle."""
-    sys_lists = fp16_lists._get_sys_unsupported_list
-    monkeypatch.setattr(fp16_lists, "_get_sys_unsupported_list", lambda dtype: ("GPU", set(), sys_lists(dtype)[2]))
+    return as_trainer(monkeypatch, 0, cases.TWO)
 
 
 def _built(case):

@@ -1,5 +1,4 @@
 """Tensor-parallel ops need a meta-optimizer that brings up their model-parallel ring (distributed_optimizer.py)."""
-import os
 
 import pytest
 
@@ -8,15 +7,12 @@ from refimpl.core.errors import PreconditionNotMet
 from refimpl.distributed.fleet import DistributedStrategy, PaddleCloudRoleMaker
 from refimpl.framework import Program, unique_name
 
+from conftest import as_trainer
+
 
 @pytest.fixture
 def trainer_1_of_2(monkeypatch):
-    for key in list(os.environ):
-        if key.startswith(("PADDLE_", "TRAINING_ROLE")):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("PADDLE_TRAINER_ID", "1")
-    monkeypatch.setenv("PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:36001,127.0.0.1:36002")
-    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
+    as_trainer(monkeypatch, 1, "127.0.0.1:36001,127.0.0.1:36002", trainers_num=2)
 
 
 def _minimize(strategy):
