@@ -50,10 +50,12 @@ program of this rank's plan (any job type, any chunk) declares, reads or writes 
 fetched -- the other stages' parameters, their ``@GRAD@MERGE`` buffers, moments, beta powers and
 other optimizer accumulators. A rank's scope then holds its own stage's persistables only.
 
-Difference: Paddle's legacy pipeline program (its section programs and
-ring layout) is not reproduced: refimpl runs its own Plan with the same
-numbers. ``program._pipeline_opt`` reads like Paddle's dict for the keys
-refimpl can fill (see :class:`PipelineRun`).
+Difference: this meta-optimizer does not write Paddle's legacy section
+programs and ring layout: refimpl runs its own Plan with the same numbers.
+(Those programs are written by ``paddle.incubate.optimizer.PipelineOptimizer``,
+``refimpl/incubate/optimizer/pipeline/``, which sharding inside a pipeline
+uses, as Paddle's does.) ``program._pipeline_opt`` reads like Paddle's dict
+for the keys refimpl can fill (see :class:`PipelineRun`).
 """
 from __future__ import annotations
 
