@@ -25,18 +25,3 @@ def gpu_amp_lists(monkeypatch):
     from refimpl.static.amp import fp16_lists
     sys_lists = fp16_lists._get_sys_unsupported_list
     monkeypatch.setattr(fp16_lists, "_get_sys_unsupported_list", lambda dtype: ("GPU", set(), sys_lists(dtype)[2]))
-
-
-def as_trainer(monkeypatch, trainer_id=None, endpoints=None, trainers_num=None):
-    """Clear the ``PADDLE_*`` / ``TRAINING_ROLE`` environment (monkeypatch puts it back), then set this
-    process up as trainer ``trainer_id`` of ``endpoints`` (a comma-separated string) when given."""
-    import os
-    for key in list(os.environ):
-        if key.startswith(("PADDLE_", "TRAINING_ROLE")):
-            monkeypatch.delenv(key)
-    if trainer_id is not None:
-        monkeypatch.setenv("PADDLE_TRAINER_ID", str(trainer_id))
-        monkeypatch.setenv("PADDLE_TRAINER_ENDPOINTS", endpoints)
-    if trainers_num is not None:
-        monkeypatch.setenv("PADDLE_TRAINERS_NUM", str(trainers_num))
-    return monkeypatch

@@ -18,7 +18,7 @@ from refimpl.framework import Program, unique_name
 from refimpl.incubate import asp
 from refimpl.incubate.asp import ASPHelper, CheckMethod, MaskAlgo
 
-from conftest import as_trainer
+from fleet_env import as_trainer
 from test_sharding import _batches, _set_params   # (its WIDTH, 16, is this file's too)
 
 

@@ -19,7 +19,7 @@ from refimpl.distributed.communication import context, run_in_process
 from refimpl.distributed.fleet import DistributedStrategy
 from refimpl.framework import Program, unique_name
 
-from conftest import as_trainer
+from fleet_env import as_trainer
 
 
 # ---- the programs of two trainers (Paddle 3.3.1, see the module docstring) ---------------------------

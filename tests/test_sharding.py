@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "oracle_sharding"))
 import sharding_cases  # noqa: E402
 
-from conftest import as_trainer
+from fleet_env import as_trainer
 
 with open(os.path.join(HERE, "oracle_sharding", "programs.json")) as _f:
     PADDLE = json.load(_f)

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(HERE, "oracle_sharding"))
 import sharding_cases  # noqa: E402
 import tied_amp_cases  # noqa: E402
 
-from conftest import as_trainer
+from fleet_env import as_trainer
 
 with open(os.path.join(HERE, "oracle_sharding", "tied_amp_programs.json")) as _f:
     PADDLE = json.load(_f)

@@ -7,7 +7,7 @@ from refimpl.core.errors import PreconditionNotMet
 from refimpl.distributed.fleet import DistributedStrategy, PaddleCloudRoleMaker
 from refimpl.framework import Program, unique_name
 
-from conftest import as_trainer
+from fleet_env import as_trainer
 
 
 @pytest.fixture
