@@ -24,10 +24,16 @@ OS cannot read, and a tensor larger than memory, end the same way.
 import argparse
 import json
 import os
+import re
 import sys
 
 PADDLE_VERSION = "3.3.1"
 
+
+
+def plain_text(text: str) -> str:
+    """``text`` without its reStructuredText literal marks, for ``--help`` (the docstrings feed Sphinx too)."""
+    return re.sub(r"``([^`]*)``", r"\1", text)
 
 def _add_demo(sub):
     demo = sub.add_parser("demo", help="train a small MLP (or GPT) and show the program, loss and GC stats",
@@ -111,7 +117,7 @@ def _add_version(sub):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="refimpl", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="refimpl", description=plain_text(__doc__.splitlines()[0]))
     sub = parser.add_subparsers(dest="command", required=True)
     _add_demo(sub)
     _add_run(sub)

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 
+from refimpl.cli import plain_text
 from refimpl.distributed.passes import new_pass
 from refimpl.distributed.passes.pipeline_scheduler_pass import SCHEDULES
 from refimpl.distributed.passes.pipeline_scheduler_pass.pipeline_zero_bubble import DEFAULT_PROGRAM_RUNTIMES
@@ -135,7 +136,7 @@ def _positive(text):
 def add_parser(subparsers):
     """Add the ``schedule`` sub-command to an argparse ``subparsers`` object."""
     p = subparsers.add_parser("schedule", help="simulate a pipeline schedule: grid, bubble, memory",
-                              description=__doc__.splitlines()[0])
+                              description=plain_text(__doc__.splitlines()[0]))
     _arguments(p)
     p.set_defaults(func=run)
     return p
@@ -234,7 +235,7 @@ def _report(args, sim, vpp, out):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m refimpl.schedule_cli",
-                                     description=__doc__.splitlines()[0])
+                                     description=plain_text(__doc__.splitlines()[0]))
     _arguments(parser)
     return run(parser.parse_args(argv))
 

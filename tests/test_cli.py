@@ -48,7 +48,16 @@ def test_every_subcommand_has_help(sub, capsys):
     with pytest.raises(SystemExit) as e:
         main([sub, "--help"])
     assert e.value.code == 0
-    assert capsys.readouterr().out.startswith(f"usage: refimpl {sub}")
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: refimpl {sub}")
+    assert "``" not in out, out   # the docstrings' reStructuredText marks stay out of --help
+
+
+def test_the_top_level_help_is_plain_text(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "The refimpl command line." in out and "``" not in out, out
 
 
 def test_version(capsys):
