@@ -26,9 +26,19 @@ import json
 import os
 import re
 import sys
+from typing import Optional
 
 PADDLE_VERSION = "3.3.1"
 
+
+
+def missing_folder(option: str, path: str) -> Optional[str]:
+    """The one-line error for an output ``path`` (given as ``option``) whose folder does not exist, else None:
+    said before anything runs, instead of a traceback after it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if path and not os.path.isdir(folder):
+        return f"{option} {path}: the folder {folder} does not exist (create it first)"
+    return None
 
 
 def plain_text(text: str) -> str:
@@ -364,6 +374,11 @@ def _demo_run(args, trace):
 def _trace(args, out):
     from . import viz
     from .executor import Trace
+    for option, path in (("--json", args.json), ("--png", args.png)):
+        problem = missing_folder(option, path)
+        if problem:
+            print(f"refimpl trace: {problem}", file=sys.stderr)
+            return 2
     trace = Trace()
     if args.program:
         exe, scope, main, feed_of, fetch = _prepare(args)

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from refimpl.cli import plain_text
+from refimpl.cli import missing_folder, plain_text
 from refimpl.distributed.passes import new_pass
 from refimpl.distributed.passes.pipeline_scheduler_pass import SCHEDULES
 from refimpl.distributed.passes.pipeline_scheduler_pass.pipeline_zero_bubble import DEFAULT_PROGRAM_RUNTIMES
@@ -188,6 +188,11 @@ def run(args, out=None):
     from refimpl.distributed.pipeline import (CostModel, ScheduleDeadlock, ScheduleError,
                                               simulate, stage_map_for)
     out = out or sys.stdout
+    for option, path in (("--plot", args.plot), ("--trace", args.trace)):
+        problem = missing_folder(option, path) if path else None
+        if problem:
+            print(f"refimpl schedule: {problem}", file=sys.stderr)
+            return 2
     vpp = (args.vpp or 2) if args.name in ("VPP", "ZBVPP") else 1
     if args.vpp not in (None, 1) and vpp == 1:
         print(f"warning: --vpp is ignored by {args.name}", file=sys.stderr)

@@ -301,3 +301,17 @@ def test_demo_gpt_small_run(capsys):
     out = capsys.readouterr().out
     assert "4 steps, batch 2 x 32 characters" in out and "GPT 2 layers dim 8 heads 2" in out
     assert "=== the main program" not in out and "\nsample:\nFirst Citizen:\n" in out
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["schedule", "1F1B", "--stages", "2", "--micro-batches", "4", "--plot"], "--plot"),
+    (["schedule", "1F1B", "--stages", "2", "--micro-batches", "4", "--trace"], "--trace"),
+    (["trace", "--steps", "1", "--json"], "--json"),
+    (["trace", "--steps", "1", "--png"], "--png")])
+def test_an_output_into_a_missing_folder_is_one_line_before_anything_runs(argv, option, tmp_path, capsys):
+    path = str(tmp_path / "no_such_folder" / "out.file")
+    assert main(argv + [path]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        f"refimpl {argv[0]}: {option} {path}: the folder {tmp_path / 'no_such_folder'} does not exist (create it first)"]
+    assert captured.out == ""   # nothing ran
