@@ -315,3 +315,16 @@ def test_an_output_into_a_missing_folder_is_one_line_before_anything_runs(argv, 
     assert captured.err.strip().splitlines() == [
         f"refimpl {argv[0]}: {option} {path}: the folder {tmp_path / 'no_such_folder'} does not exist (create it first)"]
     assert captured.out == ""   # nothing ran
+
+
+def test_trace_table_columns_align_whatever_the_op_names(tmp_path, capsys):
+    """The memory table's numbers end in the header's columns, also after ``softmax_with_cross_entropy_grad``."""
+    assert main(["trace", "--steps", "1", "--table", "--json", str(tmp_path / "t.json"), "--png", ""]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("#  op"))
+    ends = [header.index(word) + len(word) for word in ("alloc", "live", "after GC")]
+    rows = [re.match(r"\s*\d+  (\S+) +(\d+) +(\d+) +(\d+)", line) for line in lines[lines.index(header) + 1:]]
+    rows = [m for m in rows if m]
+    assert len(rows) > 20 and any(len(m.group(1)) > 24 for m in rows)
+    for m in rows:
+        assert [m.end(2), m.end(3), m.end(4)] == ends, m.group(0)

@@ -99,11 +99,13 @@ def memory_timeline(trace, start=0, rank=None, end=None):
 
 def format_timeline(timeline, max_rows=None):
     """A plain-text table: one row per op (live bytes after it, what was freed)."""
-    rows = [f"{'#':>4}  {'op':<24} {'alloc':>9} {'live':>10} {'after GC':>10}  freed"]
-    for s in timeline.steps[:max_rows]:
+    steps = timeline.steps[:max_rows]
+    width = max([24] + [len(s.op_type) for s in steps])   # the op column fits the longest op type
+    rows = [f"{'#':>4}  {'op':<{width}} {'alloc':>9} {'live':>10} {'after GC':>10}  freed"]
+    for s in steps:
         freed = ", ".join(v for v, _ in s.freed)
-        rows.append(f"{s.index:>4}  {s.op_type:<24} {s.allocated:>9} {s.live_after_op:>10} "
-                    f"{s.live_after_free:>10}  {freed}")
+        rows.append(f"{s.index:>4}  {s.op_type:<{width}} {s.allocated:>9} {s.live_after_op:>10} "
+                    f"{s.live_after_free:>10}  {freed}".rstrip())
     rows.append(f"peak {timeline.peak} bytes, {timeline.total_freed} bytes freed by GC")
     return "\n".join(rows)
 
