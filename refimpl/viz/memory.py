@@ -105,7 +105,7 @@ def format_timeline(timeline, max_rows=None):
     for s in steps:
         freed = ", ".join(v for v, _ in s.freed)
         rows.append(f"{s.index:>4}  {s.op_type:<{width}} {s.allocated:>9} {s.live_after_op:>10} "
-                    f"{s.live_after_free:>10}  {freed}".rstrip())
+                    f"{s.live_after_free:>10}  {freed}")
     rows.append(f"peak {timeline.peak} bytes, {timeline.total_freed} bytes freed by GC")
     return "\n".join(rows)
 
