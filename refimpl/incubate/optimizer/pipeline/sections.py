@@ -31,8 +31,9 @@ _SUM, _MAX = 0, 1  # paddle.distributed.ReduceOp.SUM / MAX
 def copy_op(block, op, index: Optional[int] = None) -> Operator:
     """A copy of ``op`` appended to ``block`` (or inserted at ``index``), as Paddle's ``OpDesc.copy_from``."""
     new = Operator(block, op.type, {k: list(v) for k, v in op.inputs.items()},
-                   {k: list(v) for k, v in op.outputs.items()}, None, fill_proto=False)
-    new._attrs = {k: (copy.copy(v) if isinstance(v, list) else v) for k, v in op._attrs.items()}
+                   {k: list(v) for k, v in op.outputs.items()},
+                   {k: (copy.copy(v) if isinstance(v, list) else v) for k, v in op.all_attrs().items()},
+                   fill_proto=False)
     if index is None:
         block.ops.append(new)
     else:
@@ -172,7 +173,7 @@ class SectionsMixin:
         for op in main_program.block(0).ops:
             device = op.attr(OP_DEVICE_ATTR)
             for dev in (devices if device == f"{self._device}:all" else [device]):
-                copy_op(programs[dev].global_block(), op)._attrs[OP_DEVICE_ATTR] = ""
+                copy_op(programs[dev].global_block(), op)._set_attr(OP_DEVICE_ATTR, "")
         return [programs[d] for d in devices]
 
     def _get_op_device_for_startup_program(self, var_name: str) -> str:
@@ -195,7 +196,7 @@ class SectionsMixin:
             device = translate_device(device, self._device)
             if device and int(device.split(":")[1]) != device_id:
                 continue
-            copy_op(new.global_block(), op)._attrs[OP_DEVICE_ATTR] = ""
+            copy_op(new.global_block(), op)._set_attr(OP_DEVICE_ATTR, "")
         self._create_vars(new.global_block(), block)
         return new
 

@@ -162,7 +162,7 @@ class SendRecvMixin:
         sync = put(at, "c_sync_comm_stream", {"X": [var]}, {"Out": [var]}, {
             OP_DEVICE_ATTR: prev_dev, OP_ROLE_ATTR: new_role, "ring_id": ring_id}, count=False)
         if role == OpRole.Forward:  # it went in before ``index``: later inserts shift by one more
-            sync._attrs["pipeline_flag"] = ""
+            sync._set_attr("pipeline_flag", "")
             state["extra"] += 1
         put(index, "partial_recv" if partial else "recv_v2", None, {"Out": [var]}, dict(
             {"out_shape": shape, "dtype": to_vartype(var.dtype), OP_DEVICE_ATTR: cur_dev, OP_ROLE_ATTR: role,
